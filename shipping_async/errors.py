@@ -1,0 +1,312 @@
+"""Every error the SDK raises, under one root, and the table from HTTP status to class.
+
+::
+
+    ShippingError
+    ├── RequestValidationError          a request failed client-side checks (names the field)
+    ├── NoPickupWindowError             no offered pickup slot fits the wish (says why)
+    └── APIError                        something went wrong talking to the API
+        ├── APIStatusError              the API answered with an error status
+        │   ├── BadRequestError              400
+        │   ├── AuthenticationError          401
+        │   ├── NotFoundError                404
+        │   ├── UnprocessableEntityError     422 (.messages)
+        │   │   ├── NoHubForRouteError            no hub serves the lane: quote direct
+        │   │   └── OrderAlreadyLiveError         cancel refused: the order went live
+        │   ├── RateLimitError               429 (.count, .limit, .window)
+        │   └── InternalServerError          5xx
+        ├── APIConnectionError          no usable answer came back
+        │   └── APITimeoutError              ... in time (also a TimeoutError)
+        ├── APIResponseValidationError  an answer came back that does not decode
+        └── OutcomeUnknownError         a non-idempotent request was sent, no answer came
+            └── OrderOutcomeUnknownError     ... for POST /orders (.customer_reference)
+
+No error text ever contains the access token: messages are built from the method, the
+path, the status and the API's own error text only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, ClassVar
+
+import msgspec
+
+__all__ = [
+    "APIConnectionError",
+    "APIError",
+    "APIResponseValidationError",
+    "APIStatusError",
+    "APITimeoutError",
+    "AuthenticationError",
+    "BadRequestError",
+    "InternalServerError",
+    "NoHubForRouteError",
+    "NoPickupWindowError",
+    "NotFoundError",
+    "OrderAlreadyLiveError",
+    "OrderOutcomeUnknownError",
+    "OutcomeUnknownError",
+    "RateLimitError",
+    "RateLimitInfo",
+    "RequestValidationError",
+    "ShippingError",
+    "UnprocessableEntityError",
+    "error_for_status",
+    "parse_rate_limit",
+]
+
+
+class ShippingError(Exception):
+    """Root of every error raised by shipping-async."""
+
+
+class RequestValidationError(ShippingError, ValueError):
+    """A request was refused before sending: ``field`` is the path of the bad value."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.field = field
+        self.reason = reason
+        super().__init__(f"{field}: {reason}")
+
+
+class NoPickupWindowError(ShippingError):
+    """None of the offered pickup slots can hold the requested window; ``reasons`` says why."""
+
+    def __init__(self, message: str, reasons: list[str] | None = None) -> None:
+        self.reasons = reasons or []
+        super().__init__(message)
+
+
+class APIError(ShippingError):
+    """A request to the API failed. ``method`` and ``path`` say which one."""
+
+    def __init__(self, message: str, *, method: str = "", path: str = "") -> None:
+        self.method = method
+        self.path = path
+        super().__init__(message)
+
+
+class _ErrorBody(msgspec.Struct):
+    success: bool | None = None
+    error: Any = None
+    errors: Any = None
+
+
+class APIStatusError(APIError):
+    """The API answered with an error status. The API's text is in ``error``."""
+
+    status_code: ClassVar[int | None] = None
+
+    def __init__(
+        self,
+        *,
+        status: int,
+        error: str,
+        errors: list[Any],
+        body: bytes,
+        method: str,
+        path: str,
+        retry_after: float | None = None,
+    ) -> None:
+        self.status = status
+        self.error = error
+        self.errors = errors
+        self.body = body
+        self.retry_after = retry_after
+        detail = f": {error}" if error else ""
+        super().__init__(f"{status} on {method} {path}{detail}", method=method, path=path)
+
+
+class BadRequestError(APIStatusError):
+    """400: the API found the request invalid (it never says which field)."""
+
+    status_code = 400
+
+
+class AuthenticationError(APIStatusError):
+    """401: the access token is missing or invalid. Check SHIPPING_ACCESS_TOKEN."""
+
+    status_code = 401
+
+
+class NotFoundError(APIStatusError):
+    """404: no such order, quote or webhook endpoint."""
+
+    status_code = 404
+
+
+class UnprocessableEntityError(APIStatusError):
+    """422: the request was understood but refused. ``messages`` holds the API's texts.
+
+    The API puts a JSON array inside the ``error`` string (``'["Target url is invalid"]'``);
+    ``messages`` is that array parsed, or the plain text as a one-item list.
+    """
+
+    status_code = 422
+
+    @property
+    def messages(self) -> list[str]:
+        try:
+            parsed = json.loads(self.error)
+        except (TypeError, ValueError):
+            return [self.error] if self.error else []
+        if isinstance(parsed, list):
+            return [str(item) for item in parsed]
+        return [str(parsed)]
+
+
+class NoHubForRouteError(UnprocessableEntityError):
+    """422 on a hub quote: no hub serves this lane. Repeat the quote as a direct quote."""
+
+
+class OrderAlreadyLiveError(UnprocessableEntityError):
+    """422 on cancel: the order is in transit or later and can no longer be cancelled."""
+
+
+class RateLimitInfo(msgspec.Struct, frozen=True):
+    """What a 429 text says: ``count`` of ``limit`` orders used in ``window`` seconds."""
+
+    count: int | None
+    limit: int | None
+    window: float | None
+
+
+_RATE_TEXT = re.compile(
+    r"(?P<count>\d+)\s*(?:of|/|out\s+of)\s*(?P<limit>\d+)"
+    r"(?:\s*(?:requests?|orders?|calls?))?"
+    r"(?:\s*(?:in|per|within|every)\s*(?:the\s+last\s+)?(?P<window>\d+(?:\.\d+)?)?\s*"
+    r"(?P<unit>milliseconds?|ms|seconds?|secs?|s|minutes?|mins?|m|hours?|h)?\b)?",
+    re.IGNORECASE,
+)
+# Longest prefixes first: "ms" and "millisecond" before "m", "min" before "m".
+_UNIT_SECONDS = (("ms", 0.001), ("millisecond", 0.001), ("h", 3600.0), ("m", 60.0), ("s", 1.0))
+
+
+def parse_rate_limit(text: str) -> RateLimitInfo:
+    """Read ``20 of 20 in 60 seconds`` (and looser wordings) out of a 429 text.
+
+    >>> parse_rate_limit("20 of 20 in 0.6 seconds").window
+    0.6
+
+    Parts that cannot be read come back as ``None``; the caller falls back to its
+    configuration for them.
+    """
+    match = _RATE_TEXT.search(text or "")
+    if match is None:
+        return RateLimitInfo(count=None, limit=None, window=None)
+    window: float | None = None
+    if match["window"] is not None:
+        unit = (match["unit"] or "s").lower()
+        scale = next(seconds for prefix, seconds in _UNIT_SECONDS if unit.startswith(prefix))
+        window = float(match["window"]) * scale
+    return RateLimitInfo(count=int(match["count"]), limit=int(match["limit"]), window=window)
+
+
+class RateLimitError(APIStatusError):
+    """429 on POST /orders: the account's order budget is used up for now.
+
+    ``count``, ``limit`` and ``window`` (seconds) are read from the API's text; any of
+    them is ``None`` when the text did not say.
+    """
+
+    status_code = 429
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        info = parse_rate_limit(self.error)
+        self.count = info.count
+        self.limit = info.limit
+        self.window = info.window
+
+
+class InternalServerError(APIStatusError):
+    """5xx: the API failed on its side; idempotent requests are retried automatically."""
+
+
+class APIConnectionError(APIError):
+    """The request got no usable answer (connection refused, reset, DNS, TLS)."""
+
+
+class APITimeoutError(APIConnectionError, TimeoutError):
+    """The request got no answer within the timeout."""
+
+
+class APIResponseValidationError(APIError):
+    """The API answered, but the body does not decode into the documented shape."""
+
+
+class OutcomeUnknownError(APIError):
+    """A non-idempotent request was written but no answer came back.
+
+    The server may or may not have acted, so the SDK does not re-send it (that could do
+    the work twice). Check the state (e.g. GET the order) before trying again.
+    """
+
+    def __init__(self, message: str, *, method: str, path: str, operation: str) -> None:
+        self.operation = operation
+        super().__init__(message, method=method, path=path)
+
+
+class OrderOutcomeUnknownError(OutcomeUnknownError):
+    """POST /orders was sent and no answer came: the order may exist.
+
+    ``customer_reference`` identifies it for reconciliation; do not re-send blindly.
+    """
+
+    def __init__(self, message: str, *, method: str, path: str, customer_reference: str) -> None:
+        self.customer_reference = customer_reference
+        super().__init__(message, method=method, path=path, operation="create_order")
+
+
+_STATUS_ERRORS: dict[int, type[APIStatusError]] = {
+    400: BadRequestError,
+    401: AuthenticationError,
+    404: NotFoundError,
+    422: UnprocessableEntityError,
+    429: RateLimitError,
+}
+
+# Specific 422s are told apart by the API's own texts (section 7 of the spec).
+_UNPROCESSABLE_BY_TEXT: tuple[tuple[str, type[UnprocessableEntityError]], ...] = (
+    ("no hub is available", NoHubForRouteError),
+    ("already gone live", OrderAlreadyLiveError),
+)
+
+
+def error_for_status(
+    status: int,
+    body: bytes,
+    *,
+    method: str,
+    path: str,
+    retry_after: float | None = None,
+) -> APIStatusError:
+    """Build the error for an error response: the class comes from the status table."""
+    try:
+        parsed = msgspec.json.decode(body, type=_ErrorBody)
+    except msgspec.DecodeError:
+        parsed = _ErrorBody(error=body[:500].decode("utf-8", "replace").strip())
+    error = parsed.error if isinstance(parsed.error, str) else ""
+    if parsed.error is not None and not isinstance(parsed.error, str):
+        error = json.dumps(parsed.error)
+    errors = parsed.errors if isinstance(parsed.errors, list) else []
+    cls = _STATUS_ERRORS.get(status)
+    if cls is None:
+        cls = InternalServerError if status >= 500 else APIStatusError
+    if cls is UnprocessableEntityError:
+        lowered = error.lower()
+        for needle, specific in _UNPROCESSABLE_BY_TEXT:
+            if needle in lowered:
+                cls = specific
+                break
+    return cls(
+        status=status,
+        error=error,
+        errors=errors,
+        body=body,
+        method=method,
+        path=path,
+        retry_after=retry_after,
+    )

@@ -1,0 +1,163 @@
+"""Pickup availabilities, scheduled pickups, and choosing a window that obeys the rules."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, time, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import msgspec
+
+from shipping_async.errors import NoPickupWindowError, RequestValidationError
+from shipping_async.models._base import ClockTime, DayMonthYear, HourMinute, Model
+
+__all__ = [
+    "PickupAvailability",
+    "PickupWindow",
+    "PickupWish",
+    "SchedulePickupRequest",
+    "ScheduledPickup",
+    "choose_pickup_window",
+]
+
+
+class PickupAvailability(Model):
+    """A date on which the carrier can pick up, and until when it can be booked.
+
+    Every time is in ``time_zone_id`` (see :attr:`time_zone`).
+    """
+
+    pickup_date: DayMonthYear
+    cut_off_time: ClockTime
+    earliest_pickup_time: ClockTime
+    minimum_access_duration_minutes: int
+    time_zone_id: str
+
+    @property
+    def time_zone(self) -> ZoneInfo:
+        return ZoneInfo(self.time_zone_id)
+
+
+class ScheduledPickup(Model):
+    """A booked pickup. A carrier rejection is not an HTTP error: see :attr:`rejected`."""
+
+    id: int | None = None
+    time_from: HourMinute | None = None
+    time_to: HourMinute | None = None
+    scheduled_date: DayMonthYear | None = None
+    confirmation_number: str | None = None
+    freight_confirmation_number: str | None = None
+    error_message: str | None = None
+
+    @property
+    def rejected(self) -> bool:
+        """True when the carrier refused the booking (its text is in ``error_message``)."""
+        return bool(self.error_message)
+
+
+class SchedulePickupRequest(Model):
+    """The body of POST /orders/{id}/schedule_pickups, in the availability's time zone."""
+
+    scheduled_date: date
+    time_from: time
+    time_to: time
+
+    def check(self) -> None:
+        if self.time_to <= self.time_from:
+            raise RequestValidationError("time_to", "must be later than time_from")
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "scheduled_pickup": {
+                "time_from": HourMinute.of(self.time_from).wire(),
+                "time_to": HourMinute.of(self.time_to).wire(),
+                "scheduled_date": DayMonthYear.of(self.scheduled_date).wire(),
+            }
+        }
+
+
+class PickupWish(msgspec.Struct, kw_only=True, frozen=True):
+    """What the shipper would like: dates from ``earliest_date``, a preferred window.
+
+    ``window_start``/``window_end`` are local times in the slot's time zone; ``None``
+    means "as early as the carrier allows" and "the minimum duration".
+    """
+
+    earliest_date: date | None = None
+    window_start: time | None = None
+    window_end: time | None = None
+
+
+class PickupWindow(msgspec.Struct, kw_only=True, frozen=True):
+    """A window that obeys rules 2-4 of section 4.6, ready to send."""
+
+    availability: PickupAvailability
+    request: SchedulePickupRequest
+
+
+# The slot's closing time is not in the availability; carriers close at 18:00 local in
+# our reading (the sandbox does the same). One place to change it.
+SLOT_CLOSING_TIME = time(18, 0)
+
+
+def choose_pickup_window(
+    availabilities: list[PickupAvailability],
+    wish: PickupWish | None = None,
+    *,
+    now: datetime,
+    closing_time: time = SLOT_CLOSING_TIME,
+) -> PickupWindow:
+    """The first window, in date order, that obeys the rules and the wish.
+
+    Rules (section 4.6): the window lies inside the slot (from ``earliest_pickup_time``
+    to ``closing_time``), lasts at least ``minimum_access_duration_minutes``, and for a
+    pickup today or tomorrow (in the slot's time zone) the request is made before the
+    ``cut_off_time``. ``now`` is an aware datetime. Raises :class:`NoPickupWindowError`
+    listing why each date was passed over.
+    """
+    wish = wish or PickupWish()
+    reasons: list[str] = []
+    for slot in sorted(availabilities, key=lambda item: item.pickup_date):
+        day = date(slot.pickup_date.year, slot.pickup_date.month, slot.pickup_date.day)
+        reason = _why_not(slot, day, wish, now.astimezone(slot.time_zone), closing_time)
+        if isinstance(reason, str):
+            reasons.append(f"{day.isoformat()}: {reason}")
+            continue
+        start, end = reason
+        request = SchedulePickupRequest(scheduled_date=day, time_from=start, time_to=end)
+        return PickupWindow(availability=slot, request=request)
+    detail = "; ".join(reasons) if reasons else "no availabilities were offered"
+    raise NoPickupWindowError(f"no pickup window fits: {detail}", reasons)
+
+
+def _why_not(
+    slot: PickupAvailability, day: date, wish: PickupWish, local_now: datetime, closing: time
+) -> str | tuple[time, time]:
+    """Why ``slot`` cannot be used, or the (start, end) window to book on it."""
+    if wish.earliest_date is not None and day < wish.earliest_date:
+        return f"before the earliest wished date {wish.earliest_date.isoformat()}"
+    today = local_now.date()
+    if day < today:
+        return "in the past"
+    cut_off = time(slot.cut_off_time.hour, slot.cut_off_time.minute, slot.cut_off_time.second)
+    if day <= today + timedelta(days=1) and local_now.time() >= cut_off:
+        return f"same- or next-day pickup must be booked before the cut-off {cut_off:%H:%M}"
+    minimum = timedelta(minutes=slot.minimum_access_duration_minutes)
+    earliest = time(slot.earliest_pickup_time.hour, slot.earliest_pickup_time.minute)
+    start = max(earliest, wish.window_start or earliest)
+    if day == today:
+        # A window cannot start in the past; round up to the next whole minute.
+        next_minute = (local_now + timedelta(minutes=1)).time().replace(second=0, microsecond=0)
+        start = max(start, next_minute)
+    start_at = datetime.combine(day, start)
+    close_at = datetime.combine(day, closing)
+    end_at = start_at + minimum
+    if wish.window_end is not None:
+        end_at = max(end_at, datetime.combine(day, wish.window_end))
+    end_at = min(end_at, close_at)
+    if end_at - start_at < minimum:
+        return (
+            f"no {slot.minimum_access_duration_minutes}-minute window between "
+            f"{start:%H:%M} and the {closing:%H:%M} close"
+        )
+    return start, end_at.time()
