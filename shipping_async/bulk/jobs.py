@@ -1,0 +1,71 @@
+"""One shipment of a batch: the quote request, the order details and the pickup wish."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+from shipping_async.models import (
+    Address,
+    ClearanceDetail,
+    HSCode,
+    OrderRequest,
+    PickupWish,
+    QuoteRequest,
+)
+
+__all__ = ["OrderDetails", "ShipmentJob"]
+
+_NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
+
+
+class OrderDetails(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Everything of an order request except the estimate, which is chosen at run time."""
+
+    origin_address: Address
+    destination_address: Address
+    customer_reference: _NonEmpty
+    description_of_contents: _NonEmpty
+    purpose_of_shipment_id: Annotated[int, msgspec.Meta(gt=0)] = 1
+    pickup_instructions: str = ""
+    hs_codes: list[HSCode] | None = None
+    broker_address: Address | None = None
+    importer_of_record_address: Address | None = None
+    clearance_detail: ClearanceDetail | None = None
+
+    def to_request(self, estimate_id: int) -> OrderRequest:
+        """The POST /orders body for the chosen estimate."""
+        return OrderRequest(
+            origin_address=self.origin_address,
+            destination_address=self.destination_address,
+            pickup_instructions=self.pickup_instructions,
+            purpose_of_shipment_id=self.purpose_of_shipment_id,
+            quote_estimate_id=estimate_id,
+            customer_reference=self.customer_reference,
+            description_of_contents=self.description_of_contents,
+            hs_codes=self.hs_codes,
+            broker_address=self.broker_address,
+            importer_of_record_address=self.importer_of_record_address,
+            clearance_detail=self.clearance_detail,
+        )
+
+
+class ShipmentJob(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One shipment of a batch: quote it, order it, generate its waybills, book its pickup.
+
+    ``key`` identifies the job in the journal (the unit of "nothing twice"); it defaults
+    to ``order.customer_reference``, which therefore should be unique within a batch.
+    ``account`` names the API account (its token and its order budget) the job ships on;
+    one account is the empty string.
+    """
+
+    quote: QuoteRequest
+    order: OrderDetails
+    pickup: PickupWish | None = None
+    key: str = ""
+    account: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.key:
+            self.key = self.order.customer_reference

@@ -1,0 +1,255 @@
+"""The journal protocol: job states committed before each next step, nothing lost or twice.
+
+A job moves through these states; each move is one committed write::
+
+    PENDING --quote--> QUOTED --begin_order--> ORDERING --201--> ORDERED --waybill--> WAYBILLED
+       ^                 |  (intent durable       |                  --pickup--> DONE
+       |   estimate      |   before POST /orders)  +--no answer / crash--> UNKNOWN
+       +---- expired ----+                          +--refused (4xx)-----> FAILED or QUOTED
+
+``FAILED`` keeps the ids reached so far (a failed waybill keeps its ``order_id``), so a
+retry continues after the last step that succeeded and never orders twice. ``UNKNOWN``
+means POST /orders may have created an order that we have no id for: such a job is
+never sent again until :meth:`Journal.reconcile` says what happened to it.
+
+Workers own jobs through leases. :meth:`Journal.claim` hands out jobs for ``lease``
+seconds; a worker renews the lease while it works, and every write names the worker and
+fails with :class:`LeaseLostError` when the lease has passed to somebody else, so two
+workers never act on one job. A job found in ``ORDERING`` whose lease ran out had its
+worker die between writing the intent and reading the answer: ``claim`` moves it to
+``UNKNOWN`` instead of handing it out.
+
+:class:`Journal` is the protocol; ``SQLiteJournal`` (one process, a file) implements it
+here, and a PostgreSQL store for many workers implements the same methods with
+``SELECT ... FOR UPDATE SKIP LOCKED`` in ``claim`` and the ``QUOTED -> ORDERING`` move of
+``begin_order`` as one ``UPDATE ... WHERE state = 'quoted' AND lease_owner = $worker AND
+lease_until > now()`` (the order step claimed and the intent recorded in one transaction).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Collection, Sequence
+from datetime import date, datetime, time
+from decimal import Decimal
+from enum import StrEnum
+from typing import Protocol, TypedDict, Unpack, runtime_checkable
+
+import msgspec
+
+from shipping_async.bulk.jobs import ShipmentJob
+
+__all__ = [
+    "FINISHED_STATES",
+    "WORKABLE_STATES",
+    "JobFields",
+    "JobRecord",
+    "JobState",
+    "Journal",
+    "JournalError",
+    "JournalStateError",
+    "LeaseLostError",
+]
+
+
+class JobState(StrEnum):
+    """Where a job stands. The order of the first six is the order of the stages."""
+
+    PENDING = "pending"  # known, nothing done
+    QUOTED = "quoted"  # estimate chosen; re-quoted if it expires before ordering
+    ORDERING = "ordering"  # intent recorded: POST /orders may be on the wire
+    ORDERED = "ordered"  # the order exists: order_id is set
+    WAYBILLED = "waybilled"  # a waybill per leg
+    DONE = "done"  # pickup booked: finished
+    FAILED = "failed"  # finished with an error at error_stage (see retryable)
+    UNKNOWN = "unknown"  # order outcome unknown: reconcile before anything else
+
+
+#: States a worker may claim and continue from (``FAILED`` too when retrying).
+WORKABLE_STATES = frozenset(
+    {JobState.PENDING, JobState.QUOTED, JobState.ORDERED, JobState.WAYBILLED}
+)
+#: States in which a run reports the job and leaves it alone.
+FINISHED_STATES = frozenset({JobState.DONE, JobState.FAILED, JobState.UNKNOWN})
+
+
+class JournalError(Exception):
+    """The journal refused a write."""
+
+
+class LeaseLostError(JournalError):
+    """The worker no longer holds the job's lease: it must stop working on the job."""
+
+
+class JournalStateError(JournalError):
+    """The job is not in a state that allows this move (e.g. ``begin_order`` twice)."""
+
+
+class JobFields(TypedDict, total=False):
+    """The facts a state change may add to a job record (all optional)."""
+
+    quote_id: int | None
+    estimate_id: int | None
+    carrier: str | None
+    service: str | None
+    cost: Decimal | None
+    currency: str | None
+    hub: bool
+    order_id: int | None
+    waybills: list[str | None]
+    pickup_confirmation: str | None
+    pickup_date: date | None
+    pickup_from: time | None
+    pickup_to: time | None
+    error: str | None
+    error_stage: str | None
+    retryable: bool
+
+
+class JobRecord(msgspec.Struct, kw_only=True, frozen=True):
+    """A job as the journal holds it: the job, its state, and everything reached so far."""
+
+    key: str
+    job: ShipmentJob
+    state: JobState
+    account: str = ""
+    quote_id: int | None = None
+    estimate_id: int | None = None
+    carrier: str | None = None
+    service: str | None = None
+    cost: Decimal | None = None
+    currency: str | None = None
+    hub: bool = False
+    order_id: int | None = None
+    waybills: list[str | None] = msgspec.field(default_factory=list)
+    pickup_confirmation: str | None = None
+    pickup_date: date | None = None
+    pickup_from: time | None = None
+    pickup_to: time | None = None
+    error: str | None = None
+    error_stage: str | None = None
+    retryable: bool = False
+    attempts: int = 0  # how many times the job was claimed
+    lease_owner: str | None = None
+    lease_until: datetime | None = None
+    order_intent_at: datetime | None = None  # when begin_order committed
+    updated_at: datetime | None = None
+
+    @property
+    def finished(self) -> bool:
+        """True in ``DONE``, ``FAILED`` and ``UNKNOWN``."""
+        return self.state in FINISHED_STATES
+
+    @property
+    def next_stage(self) -> JobState:
+        """The last step this job reached safely, from which work continues.
+
+        ``FAILED`` continues after its last success: with waybills from the pickup
+        (``WAYBILLED``), with an order from the waybill (``ORDERED``), else from scratch.
+        """
+        if self.state is not JobState.FAILED:
+            return self.state
+        if self.order_id is None:
+            return JobState.PENDING
+        return JobState.WAYBILLED if self.waybills else JobState.ORDERED
+
+
+@runtime_checkable
+class Journal(Protocol):
+    """Where job states live. Every method commits durably before it returns.
+
+    Workers name themselves with a ``worker_id`` (unique per process and run) and work
+    only on jobs they have claimed. Times (``lease``) are seconds; the store measures
+    leases on its own clock (the database's ``now()`` for a shared store).
+    """
+
+    async def add(self, jobs: Sequence[ShipmentJob]) -> list[JobRecord]:
+        """Record new jobs as ``PENDING``; keys already known are left as they are.
+
+        Returns each job's current record, in the order given: a new job's, or the one
+        stored under its key by an earlier run (whose state resume starts from).
+        """
+        ...
+
+    async def claim(
+        self,
+        worker_id: str,
+        *,
+        lease: float,
+        limit: int,
+        keys: Sequence[str] | None = None,
+        account: str | None = None,
+        retry_failed: bool = False,
+    ) -> list[JobRecord]:
+        """Lease up to ``limit`` workable jobs to ``worker_id`` for ``lease`` seconds.
+
+        Workable: in :data:`WORKABLE_STATES` (and ``FAILED`` with ``retryable`` when
+        ``retry_failed``), not leased to a live worker. ``keys`` restricts the claim to
+        those jobs (a streaming worker claims what it just added); ``account`` to one
+        account's jobs. First, jobs in ``ORDERING`` whose lease expired move to
+        ``UNKNOWN``. Claimed ``FAILED`` jobs come back in their :attr:`~JobRecord.next_stage`
+        with the error cleared.
+        """
+        ...
+
+    async def renew(self, worker_id: str, keys: Sequence[str], *, lease: float) -> set[str]:
+        """Extend the leases of ``keys`` held by ``worker_id``; returns the keys still held."""
+        ...
+
+    async def record(
+        self, worker_id: str, key: str, state: JobState, **fields: Unpack[JobFields]
+    ) -> JobRecord:
+        """Commit a move to a non-terminal state with the facts it adds.
+
+        Raises :class:`LeaseLostError` unless ``worker_id`` holds the lease. ``ORDERING``
+        is reached through :meth:`begin_order` only; terminal states through :meth:`finish`.
+        """
+        ...
+
+    async def begin_order(
+        self, worker_id: str, key: str, *, quote_id: int, estimate_id: int
+    ) -> JobRecord:
+        """Record the intent to POST /orders (``QUOTED -> ORDERING``); durable on return.
+
+        Only from ``QUOTED`` (:class:`JournalStateError` otherwise) and only by the lease
+        holder (:class:`LeaseLostError`). Call it, then send; never the other way round.
+        """
+        ...
+
+    async def finish(
+        self, worker_id: str, key: str, state: JobState, **fields: Unpack[JobFields]
+    ) -> JobRecord:
+        """Commit a terminal state (``DONE``, ``FAILED``, ``UNKNOWN``) and drop the lease."""
+        ...
+
+    async def release(self, worker_id: str, keys: Sequence[str]) -> None:
+        """Give leases back untouched (a graceful stop): the jobs stay claimable."""
+        ...
+
+    async def reconcile(self, key: str, *, order_id: int | None) -> JobRecord:
+        """Settle an ``UNKNOWN`` job with what the caller found out.
+
+        ``order_id`` given: the order exists, the job continues at ``ORDERED``.
+        ``None``: the caller made sure no order was created; the job goes back to
+        ``PENDING`` and will be quoted and ordered again.
+        """
+        ...
+
+    async def get(self, key: str) -> JobRecord | None:
+        """The record of one job, or ``None``."""
+        ...
+
+    def records(self, *, states: Collection[JobState] | None = None) -> AsyncIterator[JobRecord]:
+        """Every record (in ``states`` if given), streamed in the order jobs were added."""
+        ...
+
+    async def needs_reconciliation(self) -> list[JobRecord]:
+        """Jobs in ``UNKNOWN``: an order may exist that the journal has no id for."""
+        ...
+
+    async def counts(self) -> dict[JobState, int]:
+        """How many jobs are in each state (every state present, zeros included)."""
+        ...
+
+    async def close(self) -> None:
+        """Release the store; the journal is unusable afterwards."""
+        ...
