@@ -1,0 +1,60 @@
+"""Receive webhook deliveries: parsing, the aiohttp receiver, duplicates, legs, set-up.
+
+::
+
+    from shipping_async.webhooks import create_webhook_app, ensure_webhook, find_moved_leg
+
+    webhook = await ensure_webhook(client, "https://example.com/webhooks",
+                                   ["shipment.updated.status"], webhook_id=known_id)
+
+    async def on_event(event: WebhookEvent) -> None:
+        match = await find_moved_leg(client, event)
+        ...
+
+    app = create_webhook_app(on_event, token=webhook.token)
+"""
+
+from shipping_async.models.webhooks import EventType, Webhook, WebhookEvent
+from shipping_async.webhooks._dedupe import DEFAULT_DEDUPE_SIZE, EventDeduplicator, event_key
+from shipping_async.webhooks._errors import (
+    WebhookError,
+    WebhookPayloadError,
+    WebhookTokenError,
+    WebhookTooLargeError,
+)
+from shipping_async.webhooks._legs import LegMatch, find_moved_leg, match_leg
+from shipping_async.webhooks._parse import DEFAULT_MAX_BODY_SIZE, parse_event
+from shipping_async.webhooks._receiver import (
+    WEBHOOK_RECEIVER,
+    ReceiverStats,
+    WebhookHandler,
+    WebhookReceiver,
+    add_webhook_route,
+    create_webhook_app,
+)
+from shipping_async.webhooks._setup import ensure_webhook
+
+__all__ = [
+    "DEFAULT_DEDUPE_SIZE",
+    "DEFAULT_MAX_BODY_SIZE",
+    "WEBHOOK_RECEIVER",
+    "EventDeduplicator",
+    "EventType",
+    "LegMatch",
+    "ReceiverStats",
+    "Webhook",
+    "WebhookError",
+    "WebhookEvent",
+    "WebhookHandler",
+    "WebhookPayloadError",
+    "WebhookReceiver",
+    "WebhookTokenError",
+    "WebhookTooLargeError",
+    "add_webhook_route",
+    "create_webhook_app",
+    "ensure_webhook",
+    "event_key",
+    "find_moved_leg",
+    "match_leg",
+    "parse_event",
+]
