@@ -1,0 +1,1 @@
+"""Tests of the scale-out: the Redis limiter, the PostgreSQL journal, many workers."""
