@@ -62,27 +62,26 @@ def _options(request: pytest.FixtureRequest) -> dict[str, Any]:
 
 
 async def _running_sandbox(request: pytest.FixtureRequest) -> AsyncIterator[SandboxServer]:
+    """A running :class:`~shipping_async.sandbox.SandboxServer` for one test."""
     from shipping_async.sandbox._server import SandboxServer
 
     async with SandboxServer(**_options(request)) as server:
         yield server
 
 
-try:
-    import pytest_asyncio
-except ImportError:  # pragma: no cover - exercised in a subprocess by the plugin tests
+def _missing_asyncio() -> None:
+    """A running sandbox; unavailable because pytest-asyncio is not installed."""
+    pytest.fail(_MISSING_ASYNCIO, pytrace=False)
 
-    @pytest.fixture
-    def shipping_sandbox() -> SandboxServer:
-        """A running sandbox; unavailable because pytest-asyncio is not installed."""
-        pytest.fail(_MISSING_ASYNCIO, pytrace=False)
 
-else:
+def _define_fixture() -> Any:
+    # pytest-asyncio is optional: without it the fixture exists but explains what to install,
+    # instead of the whole session failing at plugin load.
+    try:
+        import pytest_asyncio
+    except ImportError:
+        return pytest.fixture(_missing_asyncio, name="shipping_sandbox")
+    return pytest_asyncio.fixture(_running_sandbox, name="shipping_sandbox")
 
-    @pytest_asyncio.fixture
-    async def shipping_sandbox(
-        request: pytest.FixtureRequest,
-    ) -> AsyncIterator[SandboxServer]:
-        """A running :class:`~shipping_async.sandbox.SandboxServer` for one test."""
-        async for server in _running_sandbox(request):
-            yield server
+
+shipping_sandbox = _define_fixture()

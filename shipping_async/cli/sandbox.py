@@ -1,0 +1,86 @@
+"""``shipping-async sandbox``: run the sandbox until SIGINT or SIGTERM.
+
+The first line on stdout is ``Sandbox listening on <base_url>``; when no token was given
+the second is ``token: <token>``. Both are flushed at once so a parent process can read
+them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+from typing import Any
+
+__all__ = ["TOKEN_ENV", "register"]
+
+#: Environment variable read when ``--token`` is not given (keeps the token out of ``ps``).
+TOKEN_ENV = "SHIPPING_ASYNC_SANDBOX_TOKEN"
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``sandbox`` subcommand."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "sandbox",
+        help="run the local sandbox of the shipping API",
+        description="Run a stateful local simulator of the shipping API until interrupted.",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8080, help="port; 0 picks a free one")
+    parser.add_argument(
+        "--token", help=f"bearer token to accept (default: ${TOKEN_ENV}, else generated)"
+    )
+    parser.add_argument(
+        "--speed", type=float, default=1.0, help="sandbox time runs this many times faster"
+    )
+    parser.add_argument("--seed", type=int, help="make ids, tokens and waybills reproducible")
+    parser.add_argument(
+        "--rate-mode",
+        choices=("sliding", "fixed"),
+        default="sliding",
+        help="POST /orders rate window: sliding (default) or fixed",
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until SIGINT/SIGTERM; returns the exit code."""
+    if args.speed <= 0:
+        print("error: --speed must be > 0")
+        return 2
+    try:
+        asyncio.run(_serve(args))
+    except KeyboardInterrupt:  # a second Ctrl-C during shutdown
+        return 130
+    except OSError as exc:
+        print(f"error: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}")
+        return 1
+    return 0
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    from shipping_async.sandbox import SandboxServer
+
+    token = args.token or os.environ.get(TOKEN_ENV) or None
+    server = SandboxServer(
+        token=token,
+        host=args.host,
+        port=args.port,
+        speed=args.speed,
+        seed=args.seed,
+        rate_mode=args.rate_mode,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        async with server:
+            print(f"Sandbox listening on {server.base_url}", flush=True)
+            if token is None:
+                print(f"token: {server.token}", flush=True)
+            await stop.wait()
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)

@@ -1,0 +1,98 @@
+"""The sandbox object every handler works on: config, clock, store and the services."""
+
+from __future__ import annotations
+
+import random
+import secrets
+
+from aiohttp import web
+
+from shipping_async.clock import Clock
+from shipping_async.sandbox._config import SandboxConfig
+from shipping_async.sandbox._delivery import Dispatcher
+from shipping_async.sandbox._faults import FaultBook
+from shipping_async.sandbox._log import RequestLog
+from shipping_async.sandbox._ratelimit import RateLimiter
+from shipping_async.sandbox._state import Order, Quote, Store, Webhook
+
+__all__ = ["API_PREFIX", "SANDBOX_KEY", "Sandbox", "api_path", "generate_token"]
+
+#: Every API path starts here; base_url ends with it.
+API_PREFIX = "/client_api/v2"
+
+
+def api_path(request: web.Request) -> str:
+    """The request's path relative to the API prefix: ``/orders/12/waybills``."""
+    return request.path.removeprefix(API_PREFIX)
+
+
+def generate_token(seed: int | None) -> str:
+    """An API token: reproducible from ``seed``, else from the system's secure source."""
+    if seed is None:
+        return "sbx_" + secrets.token_hex(16)
+    # A separate stream from the store's, so a reset does not change the API token.
+    return "sbx_" + random.Random(f"token:{seed}").randbytes(16).hex()
+
+
+class Sandbox:
+    """One simulated service: what the handlers, the control API and the handle share."""
+
+    __slots__ = ("clock", "config", "dispatcher", "faults", "limiter", "log", "seed", "store",
+                 "token")  # fmt: skip
+
+    def __init__(self, *, token: str, clock: Clock, seed: int | None, config: SandboxConfig):
+        self.token = token
+        self.clock = clock
+        self.seed = seed
+        self.config = config
+        self.store = Store(seed)
+        self.limiter = RateLimiter(
+            clock, limit=config.rate_limit, window=config.rate_window, mode=config.rate_mode
+        )
+        self.faults = FaultBook()
+        self.log = RequestLog()
+        self.dispatcher = Dispatcher(clock, config, self._webhook)
+
+    def _webhook(self, webhook_id: int) -> Webhook | None:
+        return self.store.webhooks.get(webhook_id)
+
+    def estimate_expired(self, quote: Quote) -> bool:
+        """Whether the quote's estimates are past their validity on the sandbox clock."""
+        return self.clock.monotonic() - quote.created_at >= self.config.estimate_validity
+
+    def real_seconds(self, seconds: float) -> float:
+        """How many real seconds ``seconds`` of sandbox time last (as the 429 text reports).
+
+        A clock without ``to_real`` (system or manual time) runs at real speed.
+        """
+        to_real = getattr(self.clock, "to_real", None)
+        return float(to_real(seconds)) if callable(to_real) else seconds
+
+    def emit(self, order: Order, event_type: str, original_value: str, updated_value: str) -> None:
+        """Fire one event of ``order`` to the subscribed webhooks."""
+        self.dispatcher.emit(
+            list(self.store.webhooks.values()),
+            order_id=order.id,
+            event_type=event_type,
+            original_value=original_value,
+            updated_value=updated_value,
+        )
+
+    def set_leg_status(self, order: Order, index: int, status: str) -> None:
+        """Move one leg, firing ``shipment.updated.status`` when the spec says it fires."""
+        leg = order.legs[index]
+        original, leg.status = leg.status, status
+        if status != original and status in ("order_received", "in_transit", "delivered"):
+            self.emit(order, "shipment.updated.status", original, status)
+
+    async def reset(self) -> None:
+        """Back to an empty sandbox: same token, seed and config; ids replay from the seed."""
+        await self.dispatcher.reset()
+        self.store = Store(self.seed)
+        self.limiter.reset()
+        self.faults.clear()
+        self.log.clear()
+
+
+#: Where :func:`create_app` keeps the :class:`Sandbox` of an application.
+SANDBOX_KEY: web.AppKey[Sandbox] = web.AppKey("shipping_async.sandbox", Sandbox)

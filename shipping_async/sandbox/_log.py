@@ -1,0 +1,79 @@
+"""The request log: one record per API request, with what the sandbox did about it.
+
+Enough to assert "exactly one POST /orders created an order for this customer_reference":
+each POST /orders record carries the ``customer_reference`` it sent (when its body could be
+read) and the id of the order it created (``None`` when none was).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+from aiohttp import web
+
+__all__ = ["RequestLog", "RequestNote", "RequestRecord", "note"]
+
+_NOTE_KEY = "shipping_async.sandbox.note"
+
+
+@dataclass(slots=True)
+class RequestNote:
+    """What handlers and middlewares learnt about one request, for its log record."""
+
+    fault: str | None = None
+    customer_reference: str | None = None
+    order_id: int | None = None
+    detail: str | None = None
+
+
+def note(request: web.Request) -> RequestNote:
+    """The request's note, created on first use."""
+    existing = request.get(_NOTE_KEY)
+    if isinstance(existing, RequestNote):
+        return existing
+    created = RequestNote()
+    request[_NOTE_KEY] = created
+    return created
+
+
+class RequestRecord(msgspec.Struct, kw_only=True):
+    """One logged request. ``status`` is ``None`` when the connection was dropped."""
+
+    id: int
+    method: str
+    path: str
+    status: int | None
+    at: str
+    monotonic: float
+    fault: str | None = None
+    customer_reference: str | None = None
+    order_id: int | None = None
+    detail: str | None = None
+
+
+class RequestLog:
+    """Every API request in arrival order (the control API is not logged)."""
+
+    __slots__ = ("_next_id", "_records")
+
+    def __init__(self) -> None:
+        self._records: list[RequestRecord] = []
+        self._next_id = 1
+
+    def append(self, record: RequestRecord) -> None:
+        record.id = self._next_id
+        self._next_id += 1
+        self._records.append(record)
+
+    def records(self, *, method: str | None = None, path: str | None = None) -> list[RequestRecord]:
+        """The records, optionally only one method and/or one exact path."""
+        return [
+            record
+            for record in self._records
+            if (method is None or record.method == method.upper())
+            and (path is None or record.path == path)
+        ]
+
+    def clear(self) -> None:
+        self._records.clear()
