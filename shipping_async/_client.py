@@ -1,0 +1,282 @@
+"""AsyncShippingClient: options and environment, session lifecycle, with_options(), resources."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+import ipaddress
+import math
+import os
+from collections.abc import Callable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Final, TypeVar, Unpack
+
+import aiohttp
+import msgspec
+from yarl import URL
+
+from shipping_async._http import RequestOptions, Secret, configure_logging, exchange
+from shipping_async._retry import Operation, RetryPolicy, send_with_retries
+from shipping_async.clock import Clock, SystemClock
+from shipping_async.limiter import OrderLimiter, RollingWindowLimiter
+from shipping_async.models._base import enc_hook
+from shipping_async.resources import Orders, Quotes, Webhooks
+
+if TYPE_CHECKING:
+    from aiolimiter import AsyncLimiter
+
+__all__ = ["AsyncShippingClient"]
+
+T = TypeVar("T")
+
+TOKEN_ENV: Final = "SHIPPING_ACCESS_TOKEN"
+BASE_URL_ENV: Final = "SHIPPING_BASE_URL"
+
+_LOOPBACK_NAMES = frozenset({"localhost"})
+
+
+class _SessionHolder:
+    """The one aiohttp session of a client and its copies, and who must close it."""
+
+    __slots__ = ("_closed", "_owned", "_session")
+
+    def __init__(self, session: aiohttp.ClientSession | None) -> None:
+        self._session = session
+        self._owned = session is None
+        self._closed = False
+
+    def get(self) -> aiohttp.ClientSession:
+        if self._closed:
+            raise RuntimeError("this AsyncShippingClient is closed; create a new one")
+        if self._session is None:
+            # Created on first use, inside the running loop: an aiohttp session belongs
+            # to the loop that made it. No await between the check and the assignment,
+            # so concurrent first requests still share one session.
+            asyncio.get_running_loop()
+            self._session = aiohttp.ClientSession()
+        return self._session
+
+    async def close(self) -> None:
+        self._closed = True
+        session, self._session = self._session, None
+        if self._owned and session is not None:
+            await session.close()
+
+
+def _check_base_url(base_url: str) -> str:
+    url = URL(base_url.rstrip("/"))
+    if not url.is_absolute() or not url.host:
+        raise ValueError(f"base_url: expected an absolute URL, got {base_url!r}")
+    if url.scheme == "https":
+        return str(url)
+    if url.scheme == "http" and _is_loopback(url.host):
+        return str(url)
+    raise ValueError(
+        f"base_url: {base_url!r} must use https (plain http is allowed only for loopback "
+        "hosts: localhost, 127.0.0.0/8, ::1), or the access token would travel in clear"
+    )
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_timeout(timeout: float) -> float:
+    if isinstance(timeout, bool) or not 0 < timeout < math.inf:
+        raise ValueError(f"timeout: must be a finite number of seconds > 0, got {timeout!r}")
+    return float(timeout)
+
+
+class AsyncShippingClient:
+    """The asyncio client of the shipping API.
+
+    >>> async with AsyncShippingClient() as client:  # doctest: +SKIP
+    ...     quote = await client.quotes.create(request)
+    ...     order = await client.orders.create(order_request)
+
+    ``token`` and ``base_url`` (which includes ``/client_api/v2``) fall back to
+    ``SHIPPING_ACCESS_TOKEN`` and ``SHIPPING_BASE_URL``. One instance serves any number
+    of tasks. A ``session`` passed in is used and never closed; otherwise the client makes
+    its own on first use and closes it in :meth:`close`. Order creation takes permits from
+    ``order_limiter`` (default: 20 per 60 s on ``clock``); pass one limiter to several
+    clients to share the account's budget. ``request_rate_limiter`` (an
+    ``aiolimiter.AsyncLimiter``) caps the rate of every other request.
+    """
+
+    quotes: Quotes
+    orders: Orders
+    webhooks: Webhooks
+
+    def __init__(
+        self,
+        token: str | None = None,
+        *,
+        base_url: str | None = None,
+        timeout: float = 30.0,
+        max_retries: int = 2,
+        order_limiter: OrderLimiter | None = None,
+        session: aiohttp.ClientSession | None = None,
+        clock: Clock | None = None,
+        max_rate_limit_retries: int = 5,
+        request_rate_limiter: AsyncLimiter | None = None,
+        retry_base_delay: float = 0.5,
+        retry_max_delay: float = 8.0,
+    ) -> None:
+        token = token if token is not None else os.environ.get(TOKEN_ENV)
+        if not token:
+            raise ValueError(
+                f"no access token: pass token=... or set the {TOKEN_ENV} environment variable"
+            )
+        base_url = base_url if base_url is not None else os.environ.get(BASE_URL_ENV)
+        if not base_url:
+            raise ValueError(
+                f"no base URL: pass base_url=... (including /client_api/v2) or set the "
+                f"{BASE_URL_ENV} environment variable"
+            )
+        self._token = Secret(token)
+        self._base_url = _check_base_url(base_url)
+        self._timeout = _check_timeout(timeout)
+        self._policy = RetryPolicy(
+            max_retries=max_retries,
+            max_rate_limit_retries=max_rate_limit_retries,
+            base_delay=retry_base_delay,
+            max_delay=retry_max_delay,
+        )
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._order_limiter: OrderLimiter = (
+            order_limiter if order_limiter is not None else RollingWindowLimiter(clock=self._clock)
+        )
+        self._request_rate_limiter = request_rate_limiter
+        self._sessions = _SessionHolder(session)
+        self._is_copy = False
+        self._bind_resources()
+        configure_logging()
+
+    def _bind_resources(self) -> None:
+        self.quotes = Quotes(self)
+        self.orders = Orders(self)
+        self.webhooks = Webhooks(self)
+
+    @property
+    def base_url(self) -> str:
+        """The API root, including ``/client_api/v2``."""
+        return self._base_url
+
+    @property
+    def timeout(self) -> float:
+        """Seconds one attempt may take, from connecting to the last byte of the answer."""
+        return self._timeout
+
+    @property
+    def max_retries(self) -> int:
+        """Re-sends allowed per request (see the retry rules in the README)."""
+        return self._policy.max_retries
+
+    @property
+    def order_limiter(self) -> OrderLimiter:
+        """The limiter every order creation of this client (and its copies) goes through."""
+        return self._order_limiter
+
+    @property
+    def clock(self) -> Clock:
+        """The clock retry delays and the default limiter run on."""
+        return self._clock
+
+    def with_options(
+        self, *, timeout: float | None = None, max_retries: int | None = None
+    ) -> AsyncShippingClient:
+        """A copy with other defaults, sharing this client's session and order limiter.
+
+        >>> patient = client.with_options(timeout=120, max_retries=5)  # doctest: +SKIP
+
+        The copy borrows the session: closing it does nothing; close the original.
+        """
+        clone = copy.copy(self)
+        if timeout is not None:
+            clone._timeout = _check_timeout(timeout)
+        if max_retries is not None:
+            clone._policy = dataclasses.replace(self._policy, max_retries=max_retries)
+        clone._is_copy = True
+        clone._bind_resources()
+        return clone
+
+    async def close(self) -> None:
+        """Close the session if this client created it. A no-op on a ``with_options`` copy."""
+        if not self._is_copy:
+            await self._sessions.close()
+
+    async def __aenter__(self) -> AsyncShippingClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"AsyncShippingClient(base_url={self._base_url!r}, timeout={self._timeout:g}, "
+            f"max_retries={self._policy.max_retries}, token='***')"
+        )
+
+    async def _request(
+        self,
+        operation: Operation,
+        parse: Callable[[bytes], T],
+        *,
+        body: Any = None,
+        form: Callable[[], aiohttp.FormData] | None = None,
+        order_limited: bool = False,
+        **options: Unpack[RequestOptions],
+    ) -> T:
+        """Send ``operation`` under the retry rules and return ``parse`` of the answer.
+
+        ``body`` is encoded to JSON once (every re-send carries the same bytes); ``form``
+        builds a fresh multipart body per attempt. ``order_limited`` requests hold a
+        permit of the order limiter; the others pass the ``request_rate_limiter``.
+        """
+        unknown = options.keys() - RequestOptions.__annotations__.keys()
+        if unknown:
+            raise TypeError(f"unexpected option(s) {sorted(unknown)}: only timeout, max_retries")
+        json_body = None if body is None else msgspec.json.encode(body, enc_hook=enc_hook)
+        policy = self._policy
+        if "max_retries" in options:
+            policy = dataclasses.replace(policy, max_retries=options["max_retries"])
+        seconds = _check_timeout(options["timeout"]) if "timeout" in options else self._timeout
+        limits = aiohttp.ClientTimeout(total=seconds)
+        session = self._sessions.get()
+        url = self._base_url + operation.path
+        rate = None if order_limited else self._request_rate_limiter
+
+        async def attempt() -> T:
+            if rate is not None:
+                await rate.acquire()
+            return await exchange(
+                session,
+                url=url,
+                method=operation.method,
+                path=operation.path,
+                token=self._token,
+                parse=parse,
+                limits=limits,
+                clock=self._clock,
+                json_body=json_body,
+                form=form,
+            )
+
+        return await send_with_retries(
+            attempt,
+            operation=operation,
+            policy=policy,
+            clock=self._clock,
+            limiter=self._order_limiter if order_limited else None,
+        )

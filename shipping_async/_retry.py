@@ -1,0 +1,345 @@
+"""Every retry decision of the client: what is re-sent, after how long, and what is raised.
+
+The rules (kept here and nowhere else):
+
+- Idempotent requests (GET, PUT, PATCH, DELETE and POST /quotes) are re-sent after a
+  connection error, a timeout, a 5xx or a 429, up to ``max_retries`` times, waiting an
+  exponential backoff with full jitter, or what ``Retry-After`` asks for.
+- Other POSTs (orders, waybills, pickups, webhooks) are re-sent only when the server
+  certainly did not act: after a 429, or when the connection failed before a byte of the
+  request was written. Any other failure after writing raises
+  :class:`~shipping_async.errors.OutcomeUnknownError` (for orders
+  :class:`~shipping_async.errors.OrderOutcomeUnknownError`); a 5xx is raised as is. The
+  SDK never sends the same order twice on a guess.
+- POST /orders goes through the order limiter: a permit per attempt, given back with
+  ``sent=False`` only when the request never left; a 429 pauses the limiter and re-sends
+  the order at the front of its queue, at most ``max_rate_limit_retries`` times.
+
+backoff (no release since 2022) is only used for its wait generators, in
+:meth:`RetryPolicy.delays`; swapping it for tenacity's ``wait_random_exponential`` touches
+that one method. Every wait goes through the client's :class:`~shipping_async.clock.Clock`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import TypeVar
+
+import aiohttp
+import backoff
+
+from shipping_async.clock import Clock
+from shipping_async.errors import (
+    APIConnectionError,
+    APIError,
+    APIResponseValidationError,
+    APIStatusError,
+    InternalServerError,
+    OrderOutcomeUnknownError,
+    OutcomeUnknownError,
+    RateLimitError,
+    ShippingError,
+)
+from shipping_async.limiter import OrderLimiter
+
+__all__ = [
+    "Operation",
+    "Retry",
+    "RetryPolicy",
+    "decide",
+    "never_written",
+    "parse_retry_after",
+    "send_with_retries",
+]
+
+T = TypeVar("T")
+
+_log = logging.getLogger("shipping_async")
+
+# aiohttp raises these only from ``connector.connect()``, before the request is written:
+# DNS, refused, TLS handshake, proxy, and the connect timeout. Anything else (a reset,
+# ServerDisconnectedError, a read timeout, a truncated body) may come after the server
+# got the whole request.
+_NEVER_WRITTEN: tuple[type[BaseException], ...] = (
+    aiohttp.ClientConnectorError,
+    aiohttp.ConnectionTimeoutError,
+)
+
+_IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "PATCH", "DELETE"})
+# POSTs that may be repeated: a second quote binds the caller to nothing.
+_IDEMPOTENT_POSTS = frozenset({"create_quote"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Operation:
+    """One API operation as far as retrying goes: its name, method and concrete path.
+
+    ``customer_reference`` is set for order creation, so that an unknown outcome names
+    the order to look for.
+    """
+
+    name: str
+    method: str
+    path: str
+    customer_reference: str | None = None
+
+    @property
+    def idempotent(self) -> bool:
+        """May this request be sent twice without doing the work twice?"""
+        if self.method == "POST":
+            return self.name in _IDEMPOTENT_POSTS
+        return self.method in _IDEMPOTENT_METHODS
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryPolicy:
+    """How often and how long to retry. ``max_retries`` counts re-sends, not attempts."""
+
+    max_retries: int = 2
+    max_rate_limit_retries: int = 5
+    base_delay: float = 0.5
+    max_delay: float = 8.0
+    # A Retry-After longer than this is not waited for: the error goes to the caller.
+    max_retry_after: float = 120.0
+    jitter: Callable[[float], float] = field(default=backoff.full_jitter)
+
+    def __post_init__(self) -> None:
+        for name in ("max_retries", "max_rate_limit_retries"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name}: must be an integer >= 0, got {value!r}")
+        for name in ("base_delay", "max_delay", "max_retry_after"):
+            value = getattr(self, name)
+            if not 0 <= value < math.inf:
+                raise ValueError(f"{name}: must be a finite number >= 0, got {value!r}")
+
+    def delays(self) -> Iterator[float]:
+        """Backoff delays: ``base_delay * 2**n`` capped at ``max_delay``, full jitter."""
+        wait = backoff.expo(base=2, factor=self.base_delay, max_value=self.max_delay)
+        next(wait)  # backoff's generators yield once before the first value
+        for value in wait:
+            yield self.jitter(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Re-send. ``wait``: the seconds the server asked for, or ``None`` for the backoff.
+
+    ``pause_limiter``: a 429 on a limited order; pause the order limiter and re-send at
+    the front of its queue instead of backing off.
+    """
+
+    wait: float | None = None
+    pause_limiter: bool = False
+
+
+def never_written(error: BaseException) -> bool:
+    """True when the request certainly never reached the server (safe to re-send)."""
+    return isinstance(error.__cause__, _NEVER_WRITTEN)
+
+
+def parse_retry_after(value: str | None, now: datetime) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header: delta-seconds or an HTTP date."""
+    if not value:
+        return None
+    text = value.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - now).total_seconds()
+    if not math.isfinite(seconds):
+        return None
+    return max(0.0, seconds)
+
+
+def decide(
+    error: APIError,
+    operation: Operation,
+    policy: RetryPolicy,
+    *,
+    retries: int,
+    rate_limited: int,
+    limited: bool,
+) -> Retry | ShippingError:
+    """What to do after ``error``: a :class:`Retry`, or the error to raise.
+
+    ``retries`` re-sends were made so far for transport errors, 5xx and 429s,
+    ``rate_limited`` for 429s of a limited order (``limited``: it holds limiter permits).
+    """
+    if isinstance(error, RateLimitError):
+        if limited:
+            if rate_limited >= policy.max_rate_limit_retries:
+                return _budget_taken(error, rate_limited)
+            return Retry(error.retry_after, pause_limiter=True)
+        return _bounded(Retry(error.retry_after), error, retries, policy)
+    if isinstance(error, InternalServerError):
+        # A non-idempotent POST that got a 5xx was answered: whether it acted is for the
+        # caller to check; the SDK does not guess.
+        if operation.idempotent:
+            return _bounded(Retry(error.retry_after), error, retries, policy)
+        return error
+    if isinstance(error, APIStatusError):
+        return error
+    if isinstance(error, APIConnectionError):
+        if operation.idempotent or never_written(error):
+            return _bounded(Retry(), error, retries, policy)
+        return _outcome_unknown(error, operation)
+    if isinstance(error, APIResponseValidationError) and not operation.idempotent:
+        return _outcome_unknown(error, operation)
+    return error
+
+
+def _bounded(retry: Retry, error: APIError, retries: int, policy: RetryPolicy) -> Retry | APIError:
+    if retries >= policy.max_retries:
+        return error
+    if retry.wait is not None and retry.wait > policy.max_retry_after:
+        return error
+    return retry
+
+
+def _budget_taken(error: RateLimitError, attempts: int) -> RateLimitError:
+    usage = ""
+    if error.count is not None and error.limit is not None:
+        window = f" in {error.window:g} s" if error.window is not None else ""
+        usage = f" (server: {error.count} of {error.limit}{window})"
+    exhausted = RateLimitError(
+        status=error.status,
+        error=error.error,
+        errors=error.errors,
+        body=error.body,
+        method=error.method,
+        path=error.path,
+        retry_after=error.retry_after,
+    )
+    # The message is the point of this error: the limiter kept our own budget, so the
+    # 429s mean someone else spends the account's orders.
+    exhausted.args = (
+        f"429 on {error.method} {error.path} {attempts + 1} times in a row{usage}, although "
+        "this client's order limiter kept to the limit: another client or process is using "
+        "the same account's order budget. Share one order_limiter between clients (a shared "
+        "limiter across processes), lower its limit, or raise max_rate_limit_retries.",
+    )
+    exhausted.__cause__ = error
+    return exhausted
+
+
+def _outcome_unknown(error: APIError, operation: Operation) -> OutcomeUnknownError:
+    cause = error.__cause__ if error.__cause__ is not None else error
+    what = f"{operation.method} {operation.path}"
+    reason = type(cause).__name__
+    unknown: OutcomeUnknownError
+    if operation.customer_reference is not None:
+        unknown = OrderOutcomeUnknownError(
+            f"{what} was sent but no usable answer came back ({reason}): the order may or "
+            f"may not exist. Look for an order with customer_reference "
+            f"{operation.customer_reference!r} before creating it again; the SDK did not "
+            "re-send it, to avoid a duplicate.",
+            method=operation.method,
+            path=operation.path,
+            customer_reference=operation.customer_reference,
+        )
+    else:
+        unknown = OutcomeUnknownError(
+            f"{what} ({operation.name}) was sent but no usable answer came back ({reason}): "
+            "the server may or may not have acted. Check the current state before trying "
+            "again; the SDK did not re-send it.",
+            method=operation.method,
+            path=operation.path,
+            operation=operation.name,
+        )
+    unknown.__cause__ = error
+    return unknown
+
+
+async def send_with_retries(
+    attempt: Callable[[], Awaitable[T]],
+    *,
+    operation: Operation,
+    policy: RetryPolicy,
+    clock: Clock,
+    limiter: OrderLimiter | None = None,
+) -> T:
+    """Run ``attempt`` until it succeeds or :func:`decide` says to raise.
+
+    With a ``limiter``, every attempt holds a permit; it is released with ``sent=False``
+    only when the request never left (or the task was cancelled before sending).
+    """
+    delays = policy.delays()
+    retries = rate_limited = 0
+    front = False
+    while True:
+        permit = await limiter.acquire(front=front) if limiter is not None else None
+        try:
+            result = await attempt()
+        except APIError as exc:
+            error: APIError = exc
+        except BaseException:
+            # Cancelled mid-request (or a bug): the request may have been written.
+            if limiter is not None and permit is not None:
+                await limiter.release(permit, sent=True)
+            raise
+        else:
+            if limiter is not None and permit is not None:
+                await limiter.release(permit, sent=True)
+            return result
+        if limiter is not None and permit is not None:
+            await limiter.release(permit, sent=not never_written(error))
+        step = decide(
+            error,
+            operation,
+            policy,
+            retries=retries,
+            rate_limited=rate_limited,
+            limited=limiter is not None,
+        )
+        if isinstance(step, ShippingError):
+            if isinstance(step, OutcomeUnknownError):
+                _log.warning("%s", step)
+            raise step
+        # A re-sent order goes to the head of the limiter's queue: it was first in line.
+        front = True
+        if step.pause_limiter and limiter is not None and isinstance(error, RateLimitError):
+            rate_limited += 1
+            seconds = step.wait if step.wait is not None else (error.window or limiter.window)
+            _log.warning(
+                "429 on %s %s (%s); pausing order creation for %.3g s, then re-sending "
+                "(rate-limit retry %d of %d)",
+                operation.method,
+                operation.path,
+                error.error or "no text",
+                seconds,
+                rate_limited,
+                policy.max_rate_limit_retries,
+            )
+            await limiter.pause(seconds, limit=error.limit, window=error.window)
+            continue
+        retries += 1
+        delay = step.wait if step.wait is not None else next(delays)
+        _log.info(
+            "retrying %s %s in %.3g s after %s (retry %d of %d)",
+            operation.method,
+            operation.path,
+            delay,
+            _describe(error),
+            retries,
+            policy.max_retries,
+        )
+        await clock.sleep(delay)
+
+
+def _describe(error: APIError) -> str:
+    if isinstance(error, APIStatusError):
+        return f"status {error.status}"
+    cause = error.__cause__
+    return type(cause).__name__ if cause is not None else type(error).__name__

@@ -1,0 +1,167 @@
+"""``client.orders``: create (JSON or multipart), read, cancel, waybills and pickups."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Unpack
+
+from shipping_async._http import RequestOptions, path_id
+from shipping_async._multipart import FileSpec, load_files, order_form
+from shipping_async._retry import Operation
+from shipping_async.models import (
+    Model,
+    Order,
+    OrderRequest,
+    PickupAvailability,
+    ScheduledPickup,
+    SchedulePickupRequest,
+    decoder,
+    validate_request,
+)
+from shipping_async.models.orders import _OrderEnvelope, _SuccessBody
+
+if TYPE_CHECKING:
+    from shipping_async._client import AsyncShippingClient
+
+__all__ = ["Orders"]
+
+
+class _ScheduledPickupEnvelope(Model):
+    scheduled_pickup: ScheduledPickup
+
+
+def _order(raw: bytes) -> Order:
+    envelope: _OrderEnvelope = decoder(_OrderEnvelope).decode(raw)
+    return envelope.order
+
+
+def _availabilities(raw: bytes) -> list[PickupAvailability]:
+    availabilities: list[PickupAvailability] = decoder(list[PickupAvailability]).decode(raw)
+    return availabilities
+
+
+def _scheduled_pickup(raw: bytes) -> ScheduledPickup:
+    envelope: _ScheduledPickupEnvelope = decoder(_ScheduledPickupEnvelope).decode(raw)
+    return envelope.scheduled_pickup
+
+
+def _success(raw: bytes) -> None:
+    if raw.strip() and decoder(_SuccessBody).decode(raw).success is False:
+        raise ValueError("the answer says success: false")
+
+
+class Orders:
+    """Orders: created from a quote estimate, then waybill, pickup, tracking, cancel."""
+
+    __slots__ = ("_client",)
+
+    def __init__(self, client: AsyncShippingClient) -> None:
+        self._client = client
+
+    async def create(
+        self,
+        request: OrderRequest,
+        *,
+        files: Mapping[str, FileSpec] | None = None,
+        **options: Unpack[RequestOptions],
+    ) -> Order:
+        """POST /orders: ``{"order": {...}}`` as JSON, or multipart when ``files`` are given.
+
+        ``files`` maps an :class:`~shipping_async.models.OrderDocument` value
+        (``"commercial_invoice"``, ``"materials_safety_data_sheet"``) to the bytes, a path,
+        or ``(filename, bytes, content_type)``.
+
+        Each attempt holds a permit of the client's order limiter. A 429 pauses the
+        limiter and re-sends this order first, up to ``max_rate_limit_retries`` times. The
+        order is never re-sent when it may have arrived: a timeout or a dropped connection
+        after sending raises ``OrderOutcomeUnknownError`` with the ``customer_reference``.
+        """
+        validate_request(request)
+        operation = Operation(
+            name="create_order",
+            method="POST",
+            path="/orders",
+            customer_reference=request.customer_reference,
+        )
+        if files:
+            form = order_form(request, await load_files(files))
+            return await self._client._request(
+                operation,
+                _order,
+                form=form,
+                **options,
+                order_limited=True,
+            )
+        return await self._client._request(
+            operation,
+            _order,
+            body={"order": request},
+            **options,
+            order_limited=True,
+        )
+
+    async def get(
+        self,
+        order_id: int,
+        **options: Unpack[RequestOptions],
+    ) -> Order:
+        """GET /orders/{id}: the order with every leg in ``shipments`` (see ``Order.legs``)."""
+        path = f"/orders/{path_id(order_id, 'order_id')}"
+        operation = Operation(name="get_order", method="GET", path=path)
+        return await self._client._request(operation, _order, **options)
+
+    async def cancel(
+        self,
+        order_id: int,
+        **options: Unpack[RequestOptions],
+    ) -> None:
+        """DELETE /orders/{id}: cancels the order and every leg.
+
+        Raises ``OrderAlreadyLiveError`` once the order is in transit or later.
+        """
+        path = f"/orders/{path_id(order_id, 'order_id')}"
+        operation = Operation(name="cancel_order", method="DELETE", path=path)
+        await self._client._request(operation, _success, **options)
+
+    async def create_waybill(
+        self,
+        order_id: int,
+        **options: Unpack[RequestOptions],
+    ) -> Order:
+        """POST /orders/{id}/waybills (body ``{}``): one waybill per leg, in ``legs``."""
+        path = f"/orders/{path_id(order_id, 'order_id')}/waybills"
+        operation = Operation(name="create_waybill", method="POST", path=path)
+        return await self._client._request(operation, _order, body={}, **options)
+
+    async def pickup_availabilities(
+        self,
+        order_id: int,
+        **options: Unpack[RequestOptions],
+    ) -> list[PickupAvailability]:
+        """GET /orders/{id}/pickup_availabilities (the first leg's, on a hub order).
+
+        Feed the result to :func:`~shipping_async.models.choose_pickup_window`.
+        """
+        path = f"/orders/{path_id(order_id, 'order_id')}/pickup_availabilities"
+        operation = Operation(name="list_pickup_availabilities", method="GET", path=path)
+        return await self._client._request(operation, _availabilities, **options)
+
+    async def schedule_pickup(
+        self,
+        order_id: int,
+        request: SchedulePickupRequest,
+        **options: Unpack[RequestOptions],
+    ) -> ScheduledPickup:
+        """POST /orders/{id}/schedule_pickups. Times are in the availability's time zone.
+
+        A carrier refusal is not an exception: check ``ScheduledPickup.rejected``.
+        """
+        validate_request(request)
+        path = f"/orders/{path_id(order_id, 'order_id')}/schedule_pickups"
+        operation = Operation(name="schedule_pickup", method="POST", path=path)
+        return await self._client._request(
+            operation,
+            _scheduled_pickup,
+            body=request.to_wire(),
+            **options,
+        )

@@ -1,0 +1,54 @@
+"""``client.quotes``: create a quote and read it back with its current validity."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Unpack
+
+from shipping_async._http import RequestOptions, path_id
+from shipping_async._retry import Operation
+from shipping_async.models import Quote, QuoteRequest, decoder, validate_request
+from shipping_async.models.quotes import _QuoteEnvelope
+
+if TYPE_CHECKING:
+    from shipping_async._client import AsyncShippingClient
+
+__all__ = ["Quotes"]
+
+
+def _quote(raw: bytes) -> Quote:
+    # Both shapes occur: the direct quote flat, the hub quote wrapped in ``quote``.
+    envelope: _QuoteEnvelope = decoder(_QuoteEnvelope).decode(raw)
+    return envelope.unwrap()
+
+
+class Quotes:
+    """Quotes: estimates of several carrier services for one shipment."""
+
+    __slots__ = ("_client",)
+
+    def __init__(self, client: AsyncShippingClient) -> None:
+        self._client = client
+
+    async def create(
+        self,
+        request: QuoteRequest,
+        **options: Unpack[RequestOptions],
+    ) -> Quote:
+        """POST /quotes. ``hub_transit=True`` in the request asks for a hub quote.
+
+        Raises ``NoHubForRouteError`` when no hub serves the lane (quote direct then).
+        Retried like a read: a second quote commits the caller to nothing.
+        """
+        validate_request(request)
+        operation = Operation(name="create_quote", method="POST", path="/quotes")
+        return await self._client._request(operation, _quote, body=request, **options)
+
+    async def get(
+        self,
+        quote_id: int,
+        **options: Unpack[RequestOptions],
+    ) -> Quote:
+        """GET /quotes/{id}: the quote with each estimate's current ``quote_expired``."""
+        path = f"/quotes/{path_id(quote_id, 'quote_id')}"
+        operation = Operation(name="get_quote", method="GET", path=path)
+        return await self._client._request(operation, _quote, **options)
