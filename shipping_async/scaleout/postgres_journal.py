@@ -1,0 +1,389 @@
+"""The PostgreSQL journal: one table of jobs that many workers on many hosts share safely.
+
+It implements :class:`~shipping_async.bulk.journal.Journal` (read it for the states and
+rules). What sharing adds:
+
+- ``claim`` locks candidate rows with ``SELECT ... FOR UPDATE SKIP LOCKED``: concurrent
+  workers never wait for each other and never get the same job. A job stays leased until
+  ``lease_until``; a worker that dies stops renewing, and after its lease any worker takes
+  the job over from the state it reached.
+- ``begin_order`` is one ``UPDATE ... WHERE state = 'quoted' AND lease_owner = $worker AND
+  lease_until > now()``: the order step is claimed and the intent recorded in the same
+  transaction, so of two workers that both think they own a job, at most one may send.
+- A job found in ``ordering`` whose lease ran out had its worker die with POST /orders
+  possibly on the wire: ``claim`` turns it into ``unknown`` (listed by
+  :meth:`~PostgresJournal.needs_reconciliation`), never re-sends it.
+
+Leases run on the database's clock (``now()``), the one clock every worker shares.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Collection, Sequence
+from typing import Any, Self, Unpack
+
+import asyncpg
+import msgspec
+
+from shipping_async.bulk.jobs import ShipmentJob
+from shipping_async.bulk.journal import (
+    FINISHED_STATES,
+    WORKABLE_STATES,
+    JobFields,
+    JobRecord,
+    JobState,
+    JournalError,
+    JournalStateError,
+    LeaseLostError,
+)
+from shipping_async.scaleout._pg_schema import LATEST_VERSION, migrate, quote_ident
+
+__all__ = ["PostgresJournal"]
+
+DEFAULT_SCHEMA = "shipping_async"
+
+# JobFields, each a column of the same name.
+_FIELDS = frozenset(JobFields.__annotations__)
+_COLUMNS = (
+    "key, account, state, job, quote_id, estimate_id, carrier, service, cost, currency, hub, "
+    "order_id, waybills, pickup_confirmation, pickup_date, pickup_from, pickup_to, error, "
+    "error_stage, retryable, attempts, lease_owner, lease_until, order_intent_at, updated_at"
+)
+_PAGE = 500
+_DIED_MID_ORDER = (
+    "the worker stopped after recording the order intent and before recording the "
+    "answer: the order may exist; reconcile before sending it again"
+)
+_JOB = msgspec.json.Decoder(ShipmentJob)
+_ENCODER = msgspec.json.Encoder()
+_WORKABLE = sorted(state.value for state in WORKABLE_STATES)
+_UNFINISHED = sorted(state.value for state in JobState if state not in FINISHED_STATES)
+
+
+class PostgresJournal:
+    """A :class:`~shipping_async.bulk.journal.Journal` in PostgreSQL, for many workers.
+
+    Example::
+
+        journal = await PostgresJournal.open("postgresql://db.internal/shipping")
+        async with journal:
+            await journal.add(jobs)
+
+    Tables live in ``schema`` (default ``shipping_async``), created and migrated by
+    :meth:`open` (or ``shipping-async journal init``).
+    """
+
+    def __init__(self, pool: asyncpg.Pool, schema: str) -> None:
+        self._pool = pool
+        self.schema = schema
+        self._jobs = f"{quote_ident(schema)}.jobs"
+        self._closed = False
+
+    @classmethod
+    async def open(
+        cls, dsn: str, *, schema: str = DEFAULT_SCHEMA, min_size: int = 1, max_size: int = 10
+    ) -> Self:
+        """Connect, create or migrate the schema, and return the journal."""
+        pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size)
+        try:
+            async with pool.acquire() as connection:
+                await migrate(connection, schema)
+                newest = await connection.fetchval(
+                    f"SELECT max(version) FROM {quote_ident(schema)}.schema_version"
+                )
+        except BaseException:
+            await pool.close()
+            raise
+        if newest > LATEST_VERSION:
+            await pool.close()
+            raise JournalError(
+                f"journal schema {schema} is at version {newest}, newer than this "
+                f"shipping-async knows ({LATEST_VERSION}): upgrade shipping-async"
+            )
+        return cls(pool, schema)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # -- the Journal protocol ------------------------------------------------------------
+
+    async def add(self, jobs: Sequence[ShipmentJob]) -> list[JobRecord]:
+        if not jobs:
+            return []
+        keys = [job.key for job in jobs]
+        async with self._pool.acquire() as connection, connection.transaction():
+            await connection.executemany(
+                f"INSERT INTO {self._jobs} (key, account, state, job) VALUES ($1, $2, $3, $4) "
+                "ON CONFLICT (key) DO NOTHING",
+                [(job.key, job.account, JobState.PENDING.value, _json(job)) for job in jobs],
+            )
+            rows = await connection.fetch(
+                f"SELECT {_COLUMNS} FROM {self._jobs} WHERE key = ANY($1)", keys
+            )
+        found = {row["key"]: _record(row) for row in rows}
+        return [found[key] for key in keys]
+
+    async def claim(
+        self,
+        worker_id: str,
+        *,
+        lease: float,
+        limit: int,
+        keys: Sequence[str] | None = None,
+        account: str | None = None,
+        retry_failed: bool = False,
+    ) -> list[JobRecord]:
+        async with self._pool.acquire() as connection, connection.transaction():
+            await self._expire_orders(connection)
+            rows = await connection.fetch(
+                f"""
+                WITH picked AS (
+                    SELECT key FROM {self._jobs}
+                    WHERE (state = ANY($1::text[]) OR ($2 AND state = 'failed' AND retryable))
+                      AND (lease_owner IS NULL OR lease_until <= now())
+                      AND ($3::text IS NULL OR account = $3)
+                      AND ($4::text[] IS NULL OR key = ANY($4))
+                    ORDER BY seq LIMIT $5
+                    FOR UPDATE SKIP LOCKED
+                )
+                UPDATE {self._jobs} AS j SET
+                    attempts = j.attempts + 1,
+                    lease_owner = $6,
+                    lease_until = now() + make_interval(secs => $7),
+                    updated_at = now(),
+                    -- a failed job goes on after the last step that succeeded
+                    state = CASE
+                        WHEN j.state <> 'failed' THEN j.state
+                        WHEN j.order_id IS NULL THEN 'pending'
+                        WHEN cardinality(j.waybills) > 0 THEN 'waybilled'
+                        ELSE 'ordered' END,
+                    error = CASE WHEN j.state = 'failed' THEN NULL ELSE j.error END,
+                    error_stage = CASE WHEN j.state = 'failed' THEN NULL ELSE j.error_stage END,
+                    retryable = CASE WHEN j.state = 'failed' THEN false ELSE j.retryable END
+                FROM picked WHERE j.key = picked.key
+                RETURNING j.seq, {_qualified("j")}
+                """,
+                _WORKABLE,
+                retry_failed,
+                account,
+                None if keys is None else list(keys),
+                limit,
+                worker_id,
+                float(lease),
+            )
+        return [_record(row) for row in sorted(rows, key=lambda row: row["seq"])]
+
+    async def renew(self, worker_id: str, keys: Sequence[str], *, lease: float) -> set[str]:
+        rows = await self._pool.fetch(
+            f"UPDATE {self._jobs} SET lease_until = now() + make_interval(secs => $3) "
+            "WHERE lease_owner = $1 AND lease_until > now() AND key = ANY($2) RETURNING key",
+            worker_id,
+            list(keys),
+            float(lease),
+        )
+        return {row["key"] for row in rows}
+
+    async def record(
+        self, worker_id: str, key: str, state: JobState, **fields: Unpack[JobFields]
+    ) -> JobRecord:
+        if state is JobState.ORDERING or state in FINISHED_STATES:
+            raise JournalStateError(f"{state.value}: use begin_order() or finish() for it")
+        return await self._update(worker_id, key, state, dict(fields), keep_lease=True)
+
+    async def begin_order(
+        self, worker_id: str, key: str, *, quote_id: int, estimate_id: int
+    ) -> JobRecord:
+        return await self._update(
+            worker_id,
+            key,
+            JobState.ORDERING,
+            {"quote_id": quote_id, "estimate_id": estimate_id},
+            keep_lease=True,
+            require=JobState.QUOTED,
+        )
+
+    async def finish(
+        self, worker_id: str, key: str, state: JobState, **fields: Unpack[JobFields]
+    ) -> JobRecord:
+        if state not in FINISHED_STATES:
+            raise JournalStateError(f"{state.value} is not a terminal state")
+        return await self._update(worker_id, key, state, dict(fields), keep_lease=False)
+
+    async def release(self, worker_id: str, keys: Sequence[str]) -> None:
+        await self._pool.execute(
+            f"UPDATE {self._jobs} SET lease_owner = NULL, lease_until = NULL "
+            "WHERE lease_owner = $1 AND key = ANY($2)",
+            worker_id,
+            list(keys),
+        )
+
+    async def reconcile(self, key: str, *, order_id: int | None) -> JobRecord:
+        state = JobState.ORDERED if order_id is not None else JobState.PENDING
+        row = await self._pool.fetchrow(
+            f"UPDATE {self._jobs} SET state = $2, order_id = $3, error = NULL, "
+            "error_stage = NULL, retryable = false, lease_owner = NULL, lease_until = NULL, "
+            f"updated_at = now() WHERE key = $1 AND state = 'unknown' RETURNING {_COLUMNS}",
+            key,
+            state.value,
+            order_id,
+        )
+        if row is None:
+            current = await self.get(key)
+            if current is None:
+                raise JournalStateError(f"no job with key {key!r} in the journal")
+            raise JournalStateError(
+                f"job {key!r} is {current.state.value}, not unknown: nothing to reconcile"
+            )
+        return _record(row)
+
+    async def get(self, key: str) -> JobRecord | None:
+        row = await self._pool.fetchrow(f"SELECT {_COLUMNS} FROM {self._jobs} WHERE key = $1", key)
+        return None if row is None else _record(row)
+
+    async def records(
+        self, *, states: Collection[JobState] | None = None
+    ) -> AsyncIterator[JobRecord]:
+        wanted = None if states is None else [state.value for state in states]
+        after = 0
+        while True:
+            rows = await self._pool.fetch(
+                f"SELECT seq, {_COLUMNS} FROM {self._jobs} WHERE seq > $1 "
+                "AND ($2::text[] IS NULL OR state = ANY($2)) ORDER BY seq LIMIT $3",
+                after,
+                wanted,
+                _PAGE,
+            )
+            for row in rows:
+                yield _record(row)
+            if len(rows) < _PAGE:
+                return
+            after = rows[-1]["seq"]
+
+    async def needs_reconciliation(self) -> list[JobRecord]:
+        return [record async for record in self.records(states=[JobState.UNKNOWN])]
+
+    async def counts(self) -> dict[JobState, int]:
+        totals = dict.fromkeys(JobState, 0)
+        for per_state in (await self.counts_by_account()).values():
+            for state, count in per_state.items():
+                totals[state] += count
+        return totals
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            await self._pool.close()
+
+    # -- beyond the protocol: what many workers and the status command need --------------
+
+    async def counts_by_account(self) -> dict[str, dict[JobState, int]]:
+        """Jobs per state for each account (every state present, zeros included)."""
+        rows = await self._pool.fetch(
+            f"SELECT account, state, count(*) AS n FROM {self._jobs} GROUP BY account, state"
+        )
+        result: dict[str, dict[JobState, int]] = {}
+        for row in rows:
+            per_state = result.setdefault(row["account"], dict.fromkeys(JobState, 0))
+            per_state[JobState(row["state"])] = row["n"]
+        return dict(sorted(result.items()))
+
+    async def accounts_with_work(self, *, retry_failed: bool = False) -> list[str]:
+        """Accounts that have jobs not finished yet (leased or not)."""
+        rows = await self._pool.fetch(
+            f"SELECT DISTINCT account FROM {self._jobs} "
+            "WHERE state = ANY($1::text[]) OR ($2 AND state = 'failed' AND retryable) "
+            "ORDER BY account",
+            _UNFINISHED,
+            retry_failed,
+        )
+        return [row["account"] for row in rows]
+
+    # -- internals -----------------------------------------------------------------------
+
+    async def _expire_orders(self, connection: Any) -> None:
+        """Jobs left in ``ordering`` by a worker whose lease ran out become ``unknown``."""
+        await connection.execute(
+            f"""
+            UPDATE {self._jobs} SET state = 'unknown', error = $1, error_stage = 'order',
+                retryable = false, lease_owner = NULL, lease_until = NULL, updated_at = now()
+            WHERE key IN (
+                SELECT key FROM {self._jobs}
+                WHERE state = 'ordering' AND (lease_until IS NULL OR lease_until <= now())
+                FOR UPDATE SKIP LOCKED
+            )
+            """,
+            _DIED_MID_ORDER,
+        )
+
+    async def _update(
+        self,
+        worker_id: str,
+        key: str,
+        state: JobState,
+        fields: dict[str, Any],
+        *,
+        keep_lease: bool,
+        require: JobState | None = None,
+    ) -> JobRecord:
+        unknown = set(fields) - _FIELDS
+        if unknown:
+            raise TypeError(f"not job fields: {', '.join(sorted(unknown))}")
+        names = sorted(fields)
+        sets = [f"{name} = ${index}" for index, name in enumerate(names, start=5)]
+        if not keep_lease:
+            sets.append("lease_owner = NULL, lease_until = NULL")
+        if state is JobState.ORDERING:
+            sets.append("order_intent_at = now()")
+        # One statement: the lease check, the state check and the write are atomic.
+        row = await self._pool.fetchrow(
+            f"UPDATE {self._jobs} SET state = $3, updated_at = now()"
+            + "".join(f", {item}" for item in sets)
+            + " WHERE key = $1 AND lease_owner = $2 AND lease_until > now()"
+            + " AND ($4::text IS NULL OR state = $4)"
+            + f" RETURNING {_COLUMNS}",
+            key,
+            worker_id,
+            state.value,
+            None if require is None else require.value,
+            *(fields[name] for name in names),
+        )
+        if row is not None:
+            return _record(row)
+        current = await self.get(key)
+        if current is None:
+            raise JournalStateError(f"no job with key {key!r} in the journal")
+        if current.lease_owner != worker_id or current.state is JobState.UNKNOWN:
+            raise LeaseLostError(f"job {key!r}: worker {worker_id} does not hold its lease")
+        if require is not None and current.state is not require:
+            raise JournalStateError(
+                f"job {key!r} is {current.state.value}; {state.value} needs {require.value}"
+            )
+        raise LeaseLostError(f"job {key!r}: the lease of worker {worker_id} has run out")
+
+
+def _json(job: ShipmentJob) -> str:
+    return _ENCODER.encode(job).decode()
+
+
+def _qualified(alias: str) -> str:
+    return ", ".join(f"{alias}.{column.strip()}" for column in _COLUMNS.split(","))
+
+
+def _record(row: Any) -> JobRecord:
+    facts = {name: row[name] for name in _FIELDS}
+    facts["waybills"] = list(row["waybills"])
+    return JobRecord(
+        key=row["key"],
+        job=_JOB.decode(row["job"]),
+        state=JobState(row["state"]),
+        account=row["account"],
+        attempts=row["attempts"],
+        lease_owner=row["lease_owner"],
+        lease_until=row["lease_until"],
+        order_intent_at=row["order_intent_at"],
+        updated_at=row["updated_at"],
+        **facts,
+    )
