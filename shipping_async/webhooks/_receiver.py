@@ -36,6 +36,10 @@ WebhookHandler = Callable[[WebhookEvent], Awaitable[object]]
 DEFAULT_MAX_PENDING = 4096
 DEFAULT_MAX_CONCURRENT_HANDLERS = 64
 DEFAULT_SHUTDOWN_TIMEOUT = 10.0
+# After a 413 aiohttp keeps reading and discarding the unread body ("lingering") so that
+# the sender sees the answer rather than a reset; its default of 10 s is meant for
+# uploads. An event is a few hundred bytes, so a receiver app lingers 1 s at most.
+_LINGERING_TIME = 1.0
 
 
 @dataclass(slots=True)
@@ -277,7 +281,7 @@ def create_webhook_app(
 
     The receiver is ``app[WEBHOOK_RECEIVER]`` (its ``stats``, ``pending``, ``join()``).
     """
-    app = web.Application()
+    app = web.Application(handler_args={"lingering_time": _LINGERING_TIME})
     app[WEBHOOK_RECEIVER] = add_webhook_route(
         app,
         handler,
