@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
+from typing import Annotated
 
 import msgspec
 
 from shipping_async.models._base import Model
 
-__all__ = ["EventType", "Webhook", "WebhookEvent", "WebhookStatus"]
+__all__ = ["EventType", "Webhook", "WebhookEvent", "WebhookRequest", "WebhookStatus"]
 
 
 class EventType(StrEnum):
@@ -65,7 +66,11 @@ class _WebhookEnvelope(Model):
 
 
 class WebhookRequest(Model):
-    """The body of POST /webhooks and PUT/PATCH /webhooks/{id} (sent under ``webhook``)."""
+    """The body of POST /webhooks and PUT/PATCH /webhooks/{id} (sent under ``webhook``).
 
-    target_url: str
-    events: list[str]
+    ``events`` needs one or more names (section 4.8); an unknown name is left for the
+    server to refuse (422), so that new event names need no SDK release.
+    """
+
+    target_url: Annotated[str, msgspec.Meta(min_length=1)]
+    events: Annotated[list[str], msgspec.Meta(min_length=1)]
