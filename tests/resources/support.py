@@ -6,10 +6,11 @@ import email.policy
 import json
 from decimal import Decimal
 from email.parser import BytesParser
+from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
-from aioresponses import aioresponses
+from aioresponses import CallbackResult, aioresponses
 from yarl import URL
 
 from shipping_async._client import AsyncShippingClient
@@ -319,6 +320,11 @@ class MockAPI(aioresponses):
         super().add(url, method, **kwargs)
 
 
+def reply(status: int = 200, payload: Any = None, **kwargs: Any) -> CallbackResult:
+    """A response for an aioresponses callback (with the aiohttp 3.14 shim)."""
+    return CallbackResult(status=status, payload=payload, response_class=_CompatResponse, **kwargs)
+
+
 class FakeLimiter:
     """An OrderLimiter that grants at once and records every call."""
 
@@ -340,6 +346,12 @@ class FakeLimiter:
         self, seconds: float, *, limit: int | None = None, window: float | None = None
     ) -> None:
         self.calls.append(("pause", seconds, limit, window))
+
+
+def connect_refused() -> aiohttp.ClientConnectorError:
+    """What aiohttp raises when the TCP connection cannot be opened (nothing was sent)."""
+    key = SimpleNamespace(host="api.shipping.test", port=443, ssl=True)
+    return aiohttp.ClientConnectorError(key, OSError(111, "Connection refused"))  # type: ignore[arg-type]
 
 
 def make_client(**options: Any) -> AsyncShippingClient:
