@@ -15,7 +15,7 @@ from shipping_async.models import (
     QuoteRequest,
 )
 
-__all__ = ["OrderDetails", "ShipmentJob"]
+__all__ = ["InvalidJob", "OrderDetails", "ShipmentJob"]
 
 _NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
 
@@ -69,3 +69,11 @@ class ShipmentJob(msgspec.Struct, kw_only=True, omit_defaults=True):
     def __post_init__(self) -> None:
         if not self.key:
             self.key = self.order.customer_reference
+
+
+class InvalidJob(msgspec.Struct, frozen=True, kw_only=True):
+    """An input row that is not a valid job: it becomes a failed result, the others go on."""
+
+    key: str
+    row: int | None
+    error: str

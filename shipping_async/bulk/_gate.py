@@ -1,0 +1,106 @@
+"""The order gate: lets a job record its order intent only when a permit is about to be free.
+
+The client takes its permit inside ``orders.create``, after the pipeline has written the
+order intent to the journal. Were every quoted job to write its intent and then queue in
+the limiter, a crash would leave each of them ``UNKNOWN`` though most were never sent.
+So jobs queue here instead, first come first served, and pass only while the limiter has
+more free permits than jobs already let through and not yet sending; the intent is then
+written and the request leaves at once. ``available()`` and ``next_free_at()`` come from
+:class:`~shipping_async.limiter.RollingWindowLimiter`; with a limiter that lacks them the
+gate lets everybody through and the limiter's own queue does the waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+from shipping_async.clock import Clock
+from shipping_async.limiter import OrderLimiter
+
+__all__ = ["GateClosedError", "OrderGate"]
+
+
+class GateClosedError(Exception):
+    """The run is stopping: no new order is started."""
+
+
+class OrderGate:
+    """Admits jobs to POST /orders at the pace the limiter can grant permits."""
+
+    __slots__ = (
+        "_available",
+        "_changed",
+        "_clock",
+        "_limiter",
+        "_lock",
+        "_next_free_at",
+        "_reserved",
+        "_stop",
+    )
+
+    def __init__(self, limiter: OrderLimiter, clock: Clock, stop: asyncio.Event) -> None:
+        self._limiter = limiter
+        self._clock = clock
+        self._stop = stop
+        self._lock = asyncio.Lock()  # FIFO: waiters are admitted in arrival order
+        self._changed = asyncio.Event()
+        self._reserved = 0  # admitted, permit not yet taken
+        available = getattr(limiter, "available", None)
+        next_free_at = getattr(limiter, "next_free_at", None)
+        self._available: Callable[[], int] | None = available if callable(available) else None
+        self._next_free_at: Callable[[], float | None] | None = (
+            next_free_at if callable(next_free_at) else None
+        )
+
+    @property
+    def closed(self) -> bool:
+        """True once the run is stopping."""
+        return self._stop.is_set()
+
+    @property
+    def reserved(self) -> int:
+        """Jobs admitted that have not yet asked the limiter for their permit."""
+        return self._reserved
+
+    async def admit(self) -> None:
+        """Wait for the turn to order; raises :class:`GateClosedError` once stopping."""
+        async with self._lock:
+            while True:
+                if self._stop.is_set():
+                    raise GateClosedError
+                if self._available is None or self._available() > self._reserved:
+                    self._reserved += 1
+                    return
+                await self._wait()
+
+    def sending(self) -> None:
+        """The admitted job is calling ``orders.create`` now: it takes the permit itself."""
+        self._reserved -= 1
+        self.poke()
+
+    def poke(self) -> None:
+        """Something changed (a permit was released): waiting jobs look again."""
+        self._changed.set()
+
+    async def _wait(self) -> None:
+        self._changed.clear()
+        at = self._next_free_at() if self._next_free_at is not None else None
+        window = self._limiter.window
+        # Permits held by requests still in flight free on their release (a poke); the
+        # timeout covers a release that happened outside this pipeline.
+        delay = window / 50 if at is None else max(at - self._clock.monotonic(), window / 1000)
+        waits = [
+            asyncio.ensure_future(self._changed.wait()),
+            asyncio.ensure_future(self._stop.wait()),
+            asyncio.ensure_future(self._clock.sleep(delay)),
+        ]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in waits:
+                task.cancel()
+            for task in waits:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task

@@ -1,0 +1,86 @@
+"""Choosing one estimate of a quote: the cheapest in one currency, a carrier, a service."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+from shipping_async.models import Estimate, Quote
+
+__all__ = ["EstimateChooser", "by_service", "cheapest", "parse_choice"]
+
+#: Any callable from a quote to the estimate to order; it raises ``ValueError`` when
+#: none fits (the job then fails at the quote stage, not retryable).
+EstimateChooser = Callable[[Quote], Estimate]
+
+
+def cheapest(currency: str | None = None) -> EstimateChooser:
+    """The valid estimate with the lowest total among those priced in ``currency``.
+
+    Totals in different currencies are never compared. Without ``currency`` the quote's
+    most common currency is used (ties go to the alphabetically first), which is the
+    account currency for most quotes: a carrier pricing in EUR is then left out.
+    """
+
+    def choose(quote: Quote) -> Estimate:
+        valid = [estimate for estimate in quote.valid_estimates() if estimate.currency]
+        if not valid:
+            raise ValueError(f"quote {quote.id} has no valid estimate in a single currency")
+        wanted = currency
+        if wanted is None:
+            tally = Counter(estimate.currency for estimate in valid)
+            wanted = min(tally, key=lambda code: (-tally[code], code or ""))
+        priced = [estimate for estimate in valid if estimate.currency == wanted]
+        if not priced:
+            raise ValueError(f"quote {quote.id} has no valid estimate in {wanted}")
+        return min(priced, key=lambda estimate: estimate.total(wanted))
+
+    return choose
+
+
+def by_service(
+    carrier: str | None = None, service: str | None = None, *, currency: str | None = None
+) -> EstimateChooser:
+    """The cheapest valid estimate of ``carrier`` and/or ``service`` (case-insensitive)."""
+
+    def matches(estimate: Estimate) -> bool:
+        return (carrier is None or estimate.shipping_company.casefold() == carrier.casefold()) and (
+            service is None or estimate.shipping_service.casefold() == service.casefold()
+        )
+
+    def choose(quote: Quote) -> Estimate:
+        fitting = [estimate for estimate in quote.valid_estimates() if matches(estimate)]
+        if not fitting:
+            wanted = " ".join(part for part in (carrier, service) if part)
+            offered = sorted(
+                f"{estimate.shipping_company} {estimate.shipping_service}"
+                for estimate in quote.valid_estimates()
+            )
+            raise ValueError(f"quote {quote.id} has no valid {wanted} estimate; offered: {offered}")
+        narrowed = Quote(id=quote.id, estimates=fitting)
+        return cheapest(currency)(narrowed)
+
+    return choose
+
+
+def parse_choice(text: str) -> EstimateChooser:
+    """Read a ``--choose`` value.
+
+    ``cheapest``, ``cheapest:EUR``, ``carrier:EuroPost``, ``service:Economy``,
+    ``carrier:EuroPost,service:Economy`` (the cheapest of what matches).
+    """
+    text = text.strip()
+    if text == "cheapest":
+        return cheapest()
+    if text.startswith("cheapest:"):
+        return cheapest(text.partition(":")[2].strip().upper())
+    parts: dict[str, str] = {}
+    for part in text.split(","):
+        name, sep, value = part.partition(":")
+        if not sep or name.strip() not in ("carrier", "service") or not value.strip():
+            raise ValueError(
+                f"--choose {text!r}: expected cheapest, cheapest:CUR, carrier:NAME, "
+                "service:NAME or carrier:NAME,service:NAME"
+            )
+        parts[name.strip()] = value.strip()
+    return by_service(parts.get("carrier"), parts.get("service"))

@@ -1,0 +1,326 @@
+"""Reading jobs from CSV or JSON-lines files, one row at a time; a bad row names its field.
+
+The columns (CSV header, or keys of a flat JSON object per line); empty cells take the
+default:
+
+=================================  ========  ==============================================
+column                             required  meaning
+=================================  ========  ==============================================
+customer_reference                 yes       your reference; also the job key by default
+key, account                                 job key (default customer_reference); account
+description_of_contents            yes       what is shipped
+value_of_goods                     yes       decimal text, e.g. ``120.00``
+value_of_goods_currency_id         yes       ISO 4217 code, e.g. ``USD``
+origin_country_id                  yes       ISO 3166-1 numeric, e.g. 840 (US)
+destination_country_id             yes       e.g. 276 (DE), 124 (CA)
+hub_transit                                  true routes through a hub (default false)
+mass_unit, distance_unit           yes       ``kg``/``cm`` or ``lb``/``inch``
+package_weight, package_length,    yes       one package, in the units above
+package_width, package_height
+package_count                                identical packages (default 1)
+purpose_of_shipment_id                       default 1
+is_document, is_stackable,                   true/false (defaults false, true, false,
+is_liftgate_required,                        false)
+is_shipment_protection_required
+origin_name, origin_address_1,     yes       the sender
+origin_city
+origin_company, origin_address_2,            more of the sender; export_code is used on
+origin_province, origin_postal_code,         orders only
+origin_email, origin_phone,
+origin_classification,
+origin_export_code
+destination_* (the same, with                the receiver; name, address_1 and city are
+import_code instead of export_code)          required
+pickup_instructions                          for the driver
+hs_code, hs_description,                     one customs line (all of code, description,
+hs_quantity, hs_cost, hs_weight,             quantity, cost, weight; country defaults to
+hs_country_id                                the origin)
+pickup_earliest_date                         ``YYYY-MM-DD``: no pickup before that day
+pickup_window_start,                         ``HH:MM`` local time at the origin: the wished
+pickup_window_end                            window (default: earliest, minimum length)
+=================================  ========  ==============================================
+
+A JSON line may instead hold the nested form ``{"quote": {...}, "order": {...},
+"pickup": {...}, "key": ...}`` (the fields of :class:`QuoteRequest`,
+:class:`OrderDetails` and :class:`PickupWish`).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from shipping_async.bulk.jobs import InvalidJob, ShipmentJob
+from shipping_async.errors import RequestValidationError
+from shipping_async.models import validate_request
+
+__all__ = ["count_rows", "read_jobs"]
+
+_REQUIRED = (
+    "customer_reference",
+    "description_of_contents",
+    "value_of_goods",
+    "value_of_goods_currency_id",
+    "origin_country_id",
+    "destination_country_id",
+    "mass_unit",
+    "distance_unit",
+    "package_weight",
+    "package_length",
+    "package_width",
+    "package_height",
+    "origin_name",
+    "origin_address_1",
+    "origin_city",
+    "destination_name",
+    "destination_address_1",
+    "destination_city",
+)
+_QUOTE_FLAGS = {
+    "is_document": False,
+    "is_stackable": True,
+    "is_liftgate_required": False,
+    "is_shipment_protection_required": False,
+    "hub_transit": False,
+}
+_ADDRESS_FIELDS = (
+    "name",
+    "company",
+    "address_1",
+    "address_2",
+    "city",
+    "province",
+    "postal_code",
+    "email",
+    "phone",
+    "classification",
+)
+_HS_FIELDS = ("code", "description", "quantity", "cost", "weight", "country_id")
+_TRUE = frozenset({"true", "yes", "y", "1", "t"})
+_FALSE = frozenset({"false", "no", "n", "0", "f", ""})
+_INDEX = re.compile(r"\[\d+\]")
+
+# Where each nested path of a job comes from, to name the column in an error.
+_COLUMN_OF: dict[str, str] = {
+    "quote.packages[]": "package_count",
+    "quote.packages[].weight": "package_weight",
+    "quote.packages[].length": "package_length",
+    "quote.packages[].width": "package_width",
+    "quote.packages[].height": "package_height",
+    "order.origin_address.country_id": "origin_country_id",
+    "order.destination_address.country_id": "destination_country_id",
+    "pickup.earliest_date": "pickup_earliest_date",
+    "pickup.window_start": "pickup_window_start",
+    "pickup.window_end": "pickup_window_end",
+    **{f"order.hs_codes[].{name}": f"hs_{name}" for name in _HS_FIELDS},
+    **{
+        f"{part}.{side}_address.{name}": f"{side}_{name}"
+        for part in ("quote", "order")
+        for side in ("origin", "destination")
+        for name in (*_ADDRESS_FIELDS, "import_code", "export_code")
+    },
+}
+
+
+class RowError(ValueError):
+    """A row that does not make a job; ``field`` is the column at fault."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.field = field
+        super().__init__(f"field {field}: {reason}")
+
+
+def read_jobs(path: str | Path) -> Iterator[ShipmentJob | InvalidJob]:
+    """Stream the jobs of a ``.csv`` or ``.jsonl`` file, an :class:`InvalidJob` per bad row."""
+    path = Path(path)
+    if path.suffix.lower() in (".jsonl", ".ndjson", ".json"):
+        return _read_jsonl(path)
+    return _read_csv(path)
+
+
+def count_rows(path: str | Path) -> int:
+    """How many rows :func:`read_jobs` will yield (read once, nothing kept)."""
+    path = Path(path)
+    with path.open(encoding="utf-8", newline="") as file:
+        if path.suffix.lower() in (".jsonl", ".ndjson", ".json"):
+            return sum(1 for line in file if line.strip())
+        return sum(1 for _ in csv.DictReader(file))
+
+
+def _read_csv(path: Path) -> Iterator[ShipmentJob | InvalidJob]:
+    with path.open(encoding="utf-8-sig", newline="") as file:
+        rows = csv.DictReader(file)
+        for row in rows:
+            yield _job_or_error({k: v for k, v in row.items() if k}, rows.line_num)
+
+
+def _read_jsonl(path: Path) -> Iterator[ShipmentJob | InvalidJob]:
+    with path.open(encoding="utf-8") as file:
+        for line_number, line in enumerate(file, start=1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+                if not isinstance(data, dict):
+                    raise RowError("(line)", "expected a JSON object")
+            except (ValueError, RowError) as exc:
+                yield InvalidJob(key=f"line-{line_number}", row=line_number, error=f"{exc}")
+                continue
+            if "quote" in data:
+                yield _nested(data, line_number)
+            else:
+                row = {str(k): "" if v is None else str(v) for k, v in data.items()}
+                yield _job_or_error(row, line_number)
+
+
+def _nested(data: dict[str, Any], line: int) -> ShipmentJob | InvalidJob:
+    key = str(data.get("key") or data.get("order", {}).get("customer_reference") or f"line-{line}")
+    try:
+        job = msgspec.convert(data, ShipmentJob, strict=False)
+        _validate(job)
+    except msgspec.ValidationError as exc:
+        return InvalidJob(key=key, row=line, error=f"line {line}: {_field_error(exc)}")
+    except RequestValidationError as exc:
+        column = _column(exc.field)
+        return InvalidJob(key=key, row=line, error=f"line {line}: field {column}: {exc.reason}")
+    return job
+
+
+def _job_or_error(row: dict[str, str], line: int) -> ShipmentJob | InvalidJob:
+    cells = {name.strip(): (value or "").strip() for name, value in row.items()}
+    key = cells.get("key") or cells.get("customer_reference") or f"line-{line}"
+    try:
+        job = msgspec.convert(_nest(cells), ShipmentJob, strict=False)
+        _validate(job)
+    except RowError as exc:
+        return InvalidJob(key=key, row=line, error=f"line {line}: {exc}")
+    except msgspec.ValidationError as exc:
+        return InvalidJob(key=key, row=line, error=f"line {line}: {_field_error(exc)}")
+    except RequestValidationError as exc:
+        column = _column(exc.field)
+        return InvalidJob(key=key, row=line, error=f"line {line}: field {column}: {exc.reason}")
+    return job
+
+
+def _validate(job: ShipmentJob) -> None:
+    for part, request in (("quote", job.quote), ("order", job.order.to_request(1))):
+        try:
+            validate_request(request)
+        except RequestValidationError as exc:
+            raise RequestValidationError(f"{part}.{exc.field}", exc.reason) from exc
+
+
+def _nest(cells: dict[str, str]) -> dict[str, Any]:
+    for name in _REQUIRED:
+        if not cells.get(name):
+            raise RowError(name, "required, and empty or missing")
+    origin, destination = _address(cells, "origin"), _address(cells, "destination")
+    quote: dict[str, Any] = {
+        name: _flag(cells, name, default) for name, default in _QUOTE_FLAGS.items()
+    }
+    count = _int(cells, "package_count", 1)
+    package = {dim: cells[f"package_{dim}"] for dim in ("weight", "length", "width", "height")}
+    quote.update(
+        origin_country_id=cells["origin_country_id"],
+        destination_country_id=cells["destination_country_id"],
+        purpose_of_shipment_id=cells.get("purpose_of_shipment_id") or "1",
+        value_of_goods=cells["value_of_goods"],
+        value_of_goods_currency_id=cells["value_of_goods_currency_id"],
+        mass_unit=cells["mass_unit"],
+        distance_unit=cells["distance_unit"],
+        packages=[package] * count,
+        origin_address={k: v for k, v in origin.items() if not k.endswith("_code")},
+        destination_address={k: v for k, v in destination.items() if not k.endswith("_code")},
+    )
+    order: dict[str, Any] = {
+        "origin_address": origin,
+        "destination_address": destination,
+        "customer_reference": cells["customer_reference"],
+        "description_of_contents": cells["description_of_contents"],
+        "purpose_of_shipment_id": quote["purpose_of_shipment_id"],
+        "pickup_instructions": cells.get("pickup_instructions", ""),
+    }
+    if any(cells.get(f"hs_{name}") for name in _HS_FIELDS):
+        hs = {name: cells.get(f"hs_{name}", "") for name in _HS_FIELDS}
+        hs["country_id"] = hs["country_id"] or cells["origin_country_id"]
+        order["hs_codes"] = [{k: v for k, v in hs.items() if v}]
+    nested: dict[str, Any] = {"quote": quote, "order": order}
+    pickup = {
+        "earliest_date": cells.get("pickup_earliest_date"),
+        "window_start": _hhmm(cells, "pickup_window_start"),
+        "window_end": _hhmm(cells, "pickup_window_end"),
+    }
+    if any(pickup.values()):
+        nested["pickup"] = {k: v for k, v in pickup.items() if v}
+    for name in ("key", "account"):
+        if cells.get(name):
+            nested[name] = cells[name]
+    return nested
+
+
+def _address(cells: dict[str, str], side: str) -> dict[str, Any]:
+    code = "export_code" if side == "origin" else "import_code"
+    address: dict[str, Any] = {
+        name: cells[f"{side}_{name}"]
+        for name in (*_ADDRESS_FIELDS, code)
+        if cells.get(f"{side}_{name}")
+    }
+    address["country_id"] = cells[f"{side}_country_id"]
+    return address
+
+
+def _flag(cells: dict[str, str], name: str, default: bool) -> bool:
+    value = cells.get(name, "").lower()
+    if not value:
+        return default
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise RowError(name, f"expected true or false, got {value!r}")
+
+
+def _int(cells: dict[str, str], name: str, default: int) -> int:
+    value = cells.get(name, "")
+    if not value:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise RowError(name, f"expected a whole number, got {value!r}") from None
+    if not 1 <= number <= 999:
+        raise RowError(name, f"must be between 1 and 999, got {number}")
+    return number
+
+
+def _hhmm(cells: dict[str, str], name: str) -> str | None:
+    value = cells.get(name, "")
+    if not value:
+        return None
+    if not re.fullmatch(r"\d{1,2}:\d{2}", value):
+        raise RowError(name, f"expected HH:MM, got {value!r}")
+    hour, minute = value.split(":")
+    return f"{int(hour):02d}:{minute}:00"
+
+
+def _field_error(exc: msgspec.ValidationError) -> str:
+    text = str(exc)
+    reason, _, where = text.partition(" - at `$")
+    path = where.rstrip("`").lstrip(".")
+    missing = re.search(r"missing required field `(\w+)`", reason)
+    if missing:
+        path = f"{path}.{missing[1]}" if path else missing[1]
+    return f"field {_column(path)}: {reason}"
+
+
+def _column(path: str) -> str:
+    generic = _INDEX.sub("[]", path)
+    if generic in _COLUMN_OF:
+        return _COLUMN_OF[generic]
+    return generic.rpartition(".")[2] or generic
