@@ -30,9 +30,7 @@ import logging
 import math
 import random
 from collections import deque
-from collections.abc import Sequence
 from types import TracebackType
-from typing import Any
 from uuid import uuid4
 
 import redis.asyncio as aioredis
@@ -43,20 +41,13 @@ from redis.exceptions import RedisError
 from shipping_async.clock import Clock, ManualClock, ScaledClock, SystemClock
 from shipping_async.errors import ShippingError
 from shipping_async.limiter import Permit
-from shipping_async.scaleout import _lua
+from shipping_async.scaleout._permit_store import PermitStore
 
 __all__ = ["LimiterUnavailableError", "RedisOrderLimiter"]
 
 _log = logging.getLogger(__name__)
 
-_US = 1_000_000
-# Same default as the in-process limiter: the margin is 2 % of the window and follows it.
-_DEFAULT_MARGIN_SHARE = 0.02
-# Learned rates and the epoch outlive any batch; one idle day forgets them.
-_STATE_TTL_MS = 86_400_000
-# Held permits block a waiter only until their release, which nobody announces; a
-# released one frees no sooner than one hold later, so polling once per hold is exact
-# enough and still quiet.
+# Sleeps get up to 1 % of a hold added, so that the heads of many processes spread out.
 _JITTER_SHARE = 0.01
 # Reconnect attempts while Redis is away, real seconds.
 _RETRY_FIRST, _RETRY_MAX = 0.05, 1.0
@@ -94,22 +85,19 @@ class RedisOrderLimiter:
     __slots__ = (
         "_account",
         "_clock",
-        "_epoch",
+        "_free_at",
         "_held",
         "_kick",
         "_lease",
-        "_limit",
-        "_margin",
         "_max_outage",
         "_outage_since",
-        "_owns_client",
+        "_owned_client",
         "_pump",
-        "_redis",
-        "_scripts",
+        "_reserve",
+        "_reserve_target",
         "_speed",
+        "_store",
         "_waiters",
-        "_window",
-        "keys",
     )
 
     def __init__(
@@ -125,11 +113,9 @@ class RedisOrderLimiter:
         clock: Clock | None = None,
         max_outage: float | None = None,
     ) -> None:
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"limit: must be an integer >= 1, got {limit!r}")
-        for name, value in (("window", window), ("lease", lease)):
-            if not 0 < value < math.inf:
-                raise ValueError(f"{name}: must be a finite number of seconds > 0, got {value!r}")
+        _check_rate(limit, window)
+        if not 0 < lease < math.inf:
+            raise ValueError(f"lease: must be a finite number of seconds > 0, got {lease!r}")
         if margin is not None and not 0 <= margin < math.inf:
             raise ValueError(f"margin: must be a finite number >= 0, got {margin!r}")
         if not account or any(char in account for char in "{}"):
@@ -139,32 +125,33 @@ class RedisOrderLimiter:
         self._clock: Clock = clock or SystemClock()
         self._speed = clock.speed if isinstance(clock, ScaledClock) else 1.0
         self._account = account
-        self._limit, self._window, self._margin = limit, float(window), margin
         self._lease = float(lease)
         self._max_outage = max_outage
+        self._owned_client: aioredis.Redis | None = None
         if isinstance(redis, str):
             # No retries inside redis-py: an outage must surface at once, so that the
             # limiter can say why it holds the orders back (it retries by itself).
-            redis = aioredis.Redis.from_url(
+            redis = self._owned_client = aioredis.Redis.from_url(
                 redis, socket_connect_timeout=2.0, socket_timeout=5.0, retry=Retry(NoBackoff(), 0)
             )
-            self._owns_client = True
-        else:
-            self._owns_client = False
-        self._redis = redis
-        self._scripts = {
-            name: redis.register_script(source)
-            for name, source in (
-                ("acquire", _lua.ACQUIRE),
-                ("release", _lua.RELEASE),
-                ("pause", _lua.PAUSE),
-            )
-        }
         tag = f"{prefix}:{{{account}}}"
-        self.keys: tuple[str, str] = (f"{tag}:permits", f"{tag}:state")
-        self._epoch = ""  # the copy of the Redis data this process has seen permits in
-        self._held: set[str] = set()
+        self._store = PermitStore(
+            redis,
+            account=account,
+            keys=(f"{tag}:permits", f"{tag}:state"),
+            limit=limit,
+            window=float(window),
+            margin=margin,
+            speed=self._speed,
+        )
+        self._held: set[str] = set()  # granted here and not released
         self._waiters: deque[asyncio.Future[Permit]] = deque()
+        # Permits taken in Redis ahead of an acquire, for a caller that asked
+        # next_free_at(): an order gate writes the order intent only once a permit is
+        # ready, so that a crash never leaves intents of orders that were never sent.
+        self._reserve: deque[Permit] = deque()
+        self._reserve_target = 0
+        self._free_at: float | None = None  # clock.monotonic() of the next free permit
         self._pump: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
         self._outage_since: float | None = None
@@ -175,29 +162,56 @@ class RedisOrderLimiter:
         return self._account
 
     @property
+    def keys(self) -> tuple[str, str]:
+        """The Redis keys of the account: its permits and its shared state."""
+        return self._store.keys
+
+    @property
     def limit(self) -> int:
         """Order creations per window, as last read from Redis (only ever lowered)."""
-        return self._limit
+        return self._store.limit
 
     @property
     def window(self) -> float:
         """The window in seconds of the clock, as last read from Redis (only lengthened)."""
-        return self._window
+        return self._store.window
 
     @property
     def margin(self) -> float:
         """Seconds added to every hold and pause, on top of the window."""
-        return self._window * _DEFAULT_MARGIN_SHARE if self._margin is None else self._margin
+        return self._store.margin
+
+    def available(self) -> int:
+        """Permits this process holds ready for :meth:`acquire` to return at once."""
+        return len(self._reserve)
+
+    def next_free_at(self) -> float | None:
+        """When (on ``clock.monotonic()``) a permit should be ready here, for an ETA.
+
+        Asking is taken as demand: while the caller still sees no more :meth:`available`
+        permits than it needs, one more is fetched from Redis ahead of its ``acquire``.
+        """
+        if len(self._reserve) >= self._reserve_target:
+            self._reserve_target = len(self._reserve) + 1
+            self._ensure_pump()
+        if self._outage_since is not None:
+            return None  # unknown until Redis answers again
+        now = self._clock.monotonic()
+        if self._reserve or self._free_at is None:
+            return now
+        return max(now, self._free_at)
 
     async def acquire(self, *, front: bool = False) -> Permit:
         """Wait for a permit, first come first served; ``front=True`` goes to the head."""
+        if self._reserve and (front or not self._waiters):
+            self._reserve_target = max(0, self._reserve_target - 1)
+            return self._reserve.popleft()
         waiter: asyncio.Future[Permit] = asyncio.get_running_loop().create_future()
         if front:
             self._waiters.appendleft(waiter)
         else:
             self._waiters.append(waiter)
-        if self._pump is None or self._pump.done():
-            self._pump = asyncio.get_running_loop().create_task(self._run_pump())
+        self._ensure_pump()
         try:
             return await waiter
         except asyncio.CancelledError:
@@ -224,14 +238,14 @@ class RedisOrderLimiter:
                 "acquired from another limiter"
             ) from None
         try:
-            await self._call("release", "1" if sent else "0", permit.id)
+            await self._store.release(permit.id, sent=sent)
         except RedisError as exc:
             _log.warning(
                 "order limiter for account %s: could not release a permit in Redis (%s); "
                 "its lease frees it in at most %g s",
                 self._account,
                 exc,
-                self._lease + self._window + self.margin,
+                self._lease + self.window + self.margin,
             )
             return
         if not sent:
@@ -247,38 +261,40 @@ class RedisOrderLimiter:
         """
         if not 0 <= seconds < math.inf:
             raise ValueError(f"seconds: must be a finite number >= 0, got {seconds!r}")
-        limit = self._limit if limit is None else limit
-        window = self._window if window is None else float(window)
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"limit: must be an integer >= 1, got {limit!r}")
-        if not 0 < window < math.inf:
-            raise ValueError(f"window: must be a finite number of seconds > 0, got {window!r}")
-        stricter = limit < self._limit or window > self._window
+        store = self._store
+        limit = store.limit if limit is None else limit
+        window = store.window if window is None else float(window)
+        _check_rate(limit, window)
+        stricter = limit < store.limit or window > store.window
         try:
-            await self._call("pause", self._us(seconds), limit, self._us(window))
+            await store.pause(seconds, limit=limit, window=window)
         except RedisError as exc:
             # Nothing is granted while Redis is away anyway; keep the lesson locally so
-            # that this process honours it once Redis is back.
+            # that this process honours it (and teaches it) once Redis is back.
             _log.warning("order limiter for account %s: pause not shared (%s)", self._account, exc)
-            self._limit, self._window = min(self._limit, limit), max(self._window, window)
+            store.limit, store.window = min(store.limit, limit), max(store.window, window)
         if stricter:
             _log.warning("the server's order limit is stricter than ours; now %r", self)
 
     async def in_use(self) -> int:
         """How many permits of the account count right now, in every process."""
-        await self._call("acquire", self._us(self._lease))  # wants none; drops the expired
-        return int(await self._redis.zcard(self.keys[0]))
+        return await self._store.count(lease=self._lease)
 
     async def aclose(self) -> None:
-        """Stop waiting for Redis and close the connection pool if this limiter made it."""
+        """Stop waiting, give back permits fetched ahead, close a pool this limiter made."""
         if self._pump is not None:
             self._pump.cancel()
             await asyncio.gather(self._pump, return_exceptions=True)
         for waiter in self._waiters:
             waiter.cancel()
         self._waiters.clear()
-        if self._owns_client:
-            await self._redis.aclose()
+        while self._reserve:
+            permit = self._reserve.popleft()
+            with contextlib.suppress(RedisError):  # if not, its lease frees it
+                await self.release(permit, sent=False)
+        if self._owned_client is not None:
+            client, self._owned_client = self._owned_client, None
+            await client.aclose()
 
     async def __aenter__(self) -> RedisOrderLimiter:
         return self
@@ -291,30 +307,29 @@ class RedisOrderLimiter:
     ) -> None:
         await self.aclose()
 
+    def _ensure_pump(self) -> None:
+        if self._pump is None or self._pump.done():
+            self._pump = asyncio.get_running_loop().create_task(self._run_pump())
+
     async def _run_pump(self) -> None:
         """Run :meth:`_pump_permits`; if it breaks, its waiters learn why instead of hanging."""
         try:
             await self._pump_permits()
         except Exception as exc:
             _log.exception("order limiter for account %s failed", self._account)
-            while self._waiters:
-                waiter = self._waiters.popleft()
-                if not waiter.done():
-                    waiter.set_exception(exc)
+            self._fail_waiters(exc)
 
     async def _pump_permits(self) -> None:
         """Act for the head of the local queue: ask Redis, hand out, sleep the answer."""
         retry = _RETRY_FIRST
         while True:
-            while self._waiters and self._waiters[0].done():
-                self._waiters.popleft()
-            if not self._waiters:
+            wanted = self._wanted()
+            if wanted == 0:
                 return
-            # One id per waiter that could be served now; never more than the limit.
-            wanted = min(self._limit, sum(not waiter.done() for waiter in self._waiters))
-            ids = [uuid4().hex for _ in range(wanted)]
             try:
-                granted, wait_us = await self._call("acquire", self._us(self._lease), *ids)
+                granted, wait = await self._store.acquire(
+                    [uuid4().hex for _ in range(wanted)], lease=self._lease
+                )
             except RedisError as exc:
                 self._fail_closed(exc)
                 await self._sleep_real(retry * (1 + random.random()))
@@ -322,32 +337,47 @@ class RedisOrderLimiter:
                 continue
             retry = _RETRY_FIRST
             self._recovered()
-            for permit_id in self._hand_out(ids[:granted]):
-                # Its waiter was cancelled while Redis answered: the permit was never used.
-                with contextlib.suppress(RedisError):  # if not, its lease frees it
-                    await self._call("release", "0", permit_id)
-            if any(not waiter.done() for waiter in self._waiters):
-                hold = (self._window + self.margin) / self._speed
-                wait = min(wait_us / _US, hold)
-                await self._nap(wait + random.uniform(0, _JITTER_SHARE * hold))
+            now = self._clock.monotonic()
+            self._free_at = now + wait
+            for permit_id in granted:
+                if not self._hand_out(Permit(id=permit_id, acquired_at=now)):
+                    # Its waiter was cancelled while Redis answered: never used.
+                    with contextlib.suppress(RedisError):  # if not, its lease frees it
+                        await self._store.release(permit_id, sent=False)
+            if len(granted) < wanted:
+                # Held permits free only on a release nobody announces, and a released
+                # one no sooner than one hold later: never sleep longer than a hold.
+                hold = self.window + self.margin
+                nap = min(wait, hold) + random.uniform(0, _JITTER_SHARE * hold)
+                await self._nap(nap)
 
-    def _hand_out(self, ids: Sequence[str]) -> list[str]:
-        """Give granted permits to the waiters in queue order; return the ids left over."""
-        now = self._clock.monotonic()
-        left = list(ids)
-        while left and self._waiters:
+    def _wanted(self) -> int:
+        """Permits to ask Redis for now: one per live waiter and per missing reserve."""
+        while self._waiters and self._waiters[0].done():
+            self._waiters.popleft()
+        waiting = sum(not waiter.done() for waiter in self._waiters)
+        missing = max(0, self._reserve_target - len(self._reserve))
+        return min(self._store.limit, waiting + missing)
+
+    def _hand_out(self, permit: Permit) -> bool:
+        """Give a granted permit to the head of the queue, else to the reserve if it
+        wants one; ``False`` if nobody wants it any more."""
+        while self._waiters:
             waiter = self._waiters.popleft()
-            if waiter.done():
-                continue
-            permit = Permit(id=left.pop(0), acquired_at=now)
+            if not waiter.done():
+                self._held.add(permit.id)
+                waiter.set_result(permit)
+                return True
+        if len(self._reserve) < self._reserve_target:
             self._held.add(permit.id)
-            waiter.set_result(permit)
-        return left
+            self._reserve.append(permit)
+            return True
+        return False
 
     async def _nap(self, seconds: float) -> None:
-        """Sleep ``seconds`` (real), or less if a local release frees a permit."""
+        """Sleep ``seconds`` of the clock, or less if a local release frees a permit."""
         self._kick.clear()
-        sleeper = asyncio.ensure_future(self._sleep_real(seconds))
+        sleeper = asyncio.ensure_future(self._clock.sleep(seconds))
         kicked = asyncio.ensure_future(self._kick.wait())
         try:
             await asyncio.wait((sleeper, kicked), return_when=asyncio.FIRST_COMPLETED)
@@ -357,38 +387,8 @@ class RedisOrderLimiter:
             await asyncio.gather(sleeper, kicked, return_exceptions=True)
 
     async def _sleep_real(self, seconds: float) -> None:
-        # Redis' clock is real; the injected clock sleeps protocol seconds.
+        # Reconnecting is about Redis, whose time is real; the clock sleeps protocol time.
         await self._clock.sleep(seconds * self._speed)
-
-    async def _call(self, script: str, *extra: str | int) -> tuple[int, int]:
-        """Run one script; remember the shared rate and epoch it reports."""
-        args: list[str | int] = [
-            self._limit,
-            self._us(self._window),
-            -1 if self._margin is None else self._us(self._margin),
-            repr(_DEFAULT_MARGIN_SHARE),
-            self._epoch,
-            uuid4().hex,
-            _STATE_TTL_MS,
-            *extra,
-        ]
-        reply: list[Any] = await self._scripts[script](keys=list(self.keys), args=args)
-        result, wait_us, limit, window_us, _margin_us, raw_epoch = reply
-        epoch = raw_epoch.decode() if isinstance(raw_epoch, bytes) else str(raw_epoch)
-        if self._epoch and epoch != self._epoch:
-            _log.warning(
-                "order limiter for account %s: Redis lost its permits (restart or failover); "
-                "orders wait one window so that none sent before overflows it",
-                self._account,
-            )
-        self._epoch = epoch
-        self._limit = int(limit)
-        self._window = int(window_us) / _US * self._speed
-        return int(result), int(wait_us)
-
-    def _us(self, seconds: float) -> int:
-        """Protocol seconds as integer microseconds of Redis' real clock."""
-        return round(seconds / self._speed * _US)
 
     def _fail_closed(self, exc: RedisError) -> None:
         now = self._clock.monotonic()
@@ -401,14 +401,19 @@ class RedisOrderLimiter:
                 exc,
             )
         if self._max_outage is not None and now - self._outage_since >= self._max_outage:
-            error = LimiterUnavailableError(
-                f"order limiter for account {self._account}: Redis unreachable for "
-                f"{now - self._outage_since:.1f} s ({exc}); no order was sent"
+            self._reserve_target = 0
+            self._fail_waiters(
+                LimiterUnavailableError(
+                    f"order limiter for account {self._account}: Redis unreachable for "
+                    f"{now - self._outage_since:.1f} s ({exc}); no order was sent"
+                )
             )
-            while self._waiters:
-                waiter = self._waiters.popleft()
-                if not waiter.done():
-                    waiter.set_exception(error)
+
+    def _fail_waiters(self, error: BaseException) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_exception(error)
 
     def _recovered(self) -> None:
         if self._outage_since is not None:
@@ -420,6 +425,13 @@ class RedisOrderLimiter:
 
     def __repr__(self) -> str:
         return (
-            f"RedisOrderLimiter(account={self._account!r}, limit={self._limit}, "
-            f"window={self._window:g}, margin={self.margin:g})"
+            f"RedisOrderLimiter(account={self._account!r}, limit={self.limit}, "
+            f"window={self.window:g}, margin={self.margin:g})"
         )
+
+
+def _check_rate(limit: int, window: float) -> None:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"limit: must be an integer >= 1, got {limit!r}")
+    if not 0 < window < math.inf:
+        raise ValueError(f"window: must be a finite number of seconds > 0, got {window!r}")

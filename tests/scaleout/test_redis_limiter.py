@@ -196,14 +196,14 @@ async def test_accounts_have_budgets_of_their_own(make_limiter: MakeLimiter) -> 
 async def test_only_the_head_of_a_process_polls_redis(make_limiter: MakeLimiter) -> None:
     limiter = make_limiter(limit=5)
     calls = 0
-    script = limiter._scripts["acquire"]
+    script = limiter._store._scripts["acquire"]
 
     async def counting(*args: object, **kwargs: object) -> object:
         nonlocal calls
         calls += 1
         return await script(*args, **kwargs)  # type: ignore[arg-type]
 
-    limiter._scripts["acquire"] = counting  # type: ignore[assignment]
+    limiter._store._scripts["acquire"] = counting  # type: ignore[assignment]
 
     async def order() -> None:
         await limiter.release(await limiter.acquire(), sent=True)
@@ -272,3 +272,24 @@ async def test_orders_wait_while_redis_is_down_and_go_on_when_it_returns(
         # The restarted Redis is empty: the limiter holds orders one window after it.
         assert time.monotonic() - restarted >= HOLD - 0.05
         await limiter.release(permit, sent=True)
+
+
+async def test_asking_for_the_next_free_permit_fetches_one_ahead(make_limiter: MakeLimiter) -> None:
+    limiter, other = make_limiter(limit=2), make_limiter(limit=2)
+    assert limiter.available() == 0
+    assert limiter.next_free_at() is not None
+    await asyncio.sleep(0.05)
+    assert limiter.available() == 1
+    assert await other.in_use() == 1  # a permit in reserve counts for everyone
+    permit = await asyncio.wait_for(limiter.acquire(), 0.01)
+    assert limiter.available() == 0
+    await limiter.release(permit, sent=False)
+    assert await other.in_use() == 0
+
+
+async def test_closing_gives_back_the_permits_fetched_ahead(make_limiter: MakeLimiter) -> None:
+    limiter, other = make_limiter(limit=2), make_limiter(limit=2)
+    limiter.next_free_at()
+    await asyncio.sleep(0.05)
+    await limiter.aclose()
+    assert await other.in_use() == 0
