@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Awaitable, Callable
+from decimal import Decimal
 from typing import Any
 
 from aiohttp import web
+
+from shipping_async._client import AsyncShippingClient
+from shipping_async.clock import Clock
+from shipping_async.models import Address, Order, OrderRequest, Package, QuoteRequest
+from shipping_async.webhooks import WebhookHandler, WebhookReceiver, add_webhook_route
 
 TOKEN = "whk_3f9a2c7e1b"
 
@@ -26,3 +33,74 @@ def event_fields(**overrides: Any) -> dict[str, Any]:
     }
     fields.update(overrides)
     return fields
+
+
+class Endpoint:
+    """A receiver on a loopback socket bound up front: its URL exists before the webhook
+    is registered, and the receiver (which needs the webhook's token) starts after.
+
+    ``arrivals`` records each delivery's arrival on ``clock`` and the answer given;
+    ``lose_answers`` turns the next that many answers into 500 after the receiver has
+    accepted the event, as when an answer is lost on the way back.
+    """
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}/webhooks"
+        self.arrivals: list[tuple[float, int]] = []
+        self.lose_answers = 0
+        self._runner: web.AppRunner | None = None
+
+    @web.middleware
+    async def _observe(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        response = await handler(request)
+        self.arrivals.append((self._clock.monotonic(), response.status))
+        if self.lose_answers > 0:
+            self.lose_answers -= 1
+            return web.Response(status=500)
+        return response
+
+    async def start(self, handler: WebhookHandler, *, token: str) -> WebhookReceiver:
+        app = web.Application(middlewares=[self._observe])
+        receiver = add_webhook_route(app, handler, token=token)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        await web.SockSite(self._runner, self._sock).start()
+        return receiver
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        self._sock.close()
+
+
+def address(country_id: int) -> Address:
+    return Address(
+        name="Ada Shipper", address_1="1 Main Street", city="Springfield",
+        country_id=country_id, export_code="EIN-1",
+    )  # fmt: skip
+
+
+async def place_order(client: AsyncShippingClient, *, hub: bool) -> Order:
+    """A US -> Germany order (through the Amsterdam hub when ``hub``), waybill not yet made."""
+    quote = await client.quotes.create(
+        QuoteRequest(
+            origin_country_id=840, destination_country_id=276, is_document=False,
+            is_stackable=True, is_liftgate_required=False, purpose_of_shipment_id=1,
+            is_shipment_protection_required=False, value_of_goods=Decimal("120.00"),
+            value_of_goods_currency_id="USD", mass_unit="kg", distance_unit="cm",
+            packages=[Package(weight=2, width=20, height=10, length=30)], hub_transit=hub,
+        )
+    )  # fmt: skip
+    return await client.orders.create(
+        OrderRequest(
+            origin_address=address(840), destination_address=address(276),
+            pickup_instructions="Ring twice", purpose_of_shipment_id=1,
+            quote_estimate_id=quote.estimates[0].estimate_id,
+            customer_reference=f"webhooks-{quote.id}", description_of_contents="Books",
+        )
+    )  # fmt: skip

@@ -1,0 +1,139 @@
+"""Tests of ``shipping-async webhooks listen``: parser, one flushed line per event."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import signal
+import sys
+from datetime import UTC, datetime
+
+import aiohttp
+import pytest
+
+from shipping_async.cli import webhooks as cli
+from shipping_async.models.webhooks import WebhookEvent
+
+from .support import TOKEN, BodyFactory
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="shipping-async")
+    cli.register(parser.add_subparsers(dest="command", required=True))
+    return parser.parse_args(argv)
+
+
+def test_listen_parses_port_token_host_and_path() -> None:
+    args = parse("webhooks", "listen", "--port", "8099", "--token", TOKEN, "--path", "/hooks")
+
+    assert (args.port, args.token, args.host, args.path) == (8099, TOKEN, "127.0.0.1", "/hooks")
+    assert args.handler is cli._listen_command
+
+
+def test_listen_defaults_to_loopback_and_slash_webhooks() -> None:
+    args = parse("webhooks", "listen", "--port", "0")
+
+    assert (args.host, args.path, args.json) == ("127.0.0.1", "/webhooks", False)
+
+
+def test_listen_without_a_token_exits_2_and_says_how_to_give_one(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv(cli.TOKEN_ENV, raising=False)
+    args = parse("webhooks", "listen", "--port", "0")
+
+    assert args.handler(args) == 2
+    assert cli.TOKEN_ENV in capsys.readouterr().err
+
+
+EVENT = WebhookEvent(
+    object_type="order",
+    object_id=4201,
+    event_type="shipment.updated.status",
+    original_value="order_received",
+    updated_value="in_transit",
+    updated_at_utc=datetime(2026, 1, 5, 9, 0, 0, 123000, tzinfo=UTC),
+    token=TOKEN,
+)
+
+
+def test_event_line_is_readable_and_has_no_token() -> None:
+    line = cli.format_event(EVENT)
+
+    assert line == (
+        "2026-01-05T09:00:00.123Z order 4201 shipment.updated.status: order_received -> in_transit"
+    )
+
+
+def test_json_line_has_every_field_but_the_token() -> None:
+    fields = json.loads(cli.format_event(EVENT, as_json=True))
+
+    assert "token" not in fields
+    assert fields["object_id"] == 4201
+    assert fields["updated_at_utc"] == "2026-01-05T09:00:00.123Z"
+
+
+async def test_listen_prints_one_line_per_accepted_event(make_body: BodyFactory) -> None:
+    out = io.StringIO()
+    stop = asyncio.Event()
+    ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    server = asyncio.create_task(
+        cli.listen(host="127.0.0.1", port=0, token=TOKEN, out=out, stop=stop,
+                   on_ready=ready.set_result)
+    )  # fmt: skip
+    url = await asyncio.wait_for(ready, 5)
+    statuses = []
+    async with aiohttp.ClientSession() as http:
+        for body in (
+            make_body(object_id=1),
+            make_body(object_id=1),  # duplicate: dropped
+            make_body(object_id=2, token="whk_wrong"),  # refused
+            make_body(object_id=3, updated_value="delivered"),
+        ):
+            async with http.post(url, data=body) as response:
+                statuses.append(response.status)
+    stop.set()
+    await asyncio.wait_for(server, 5)
+
+    assert statuses == [202, 200, 401, 202]
+    lines = out.getvalue().splitlines()
+    assert [line.split()[2] for line in lines] == ["1", "3"]
+    assert lines[1].endswith("order_received -> delivered")
+    assert TOKEN not in out.getvalue()
+
+
+# The command as the lead will register it (``_COMMAND_MODULES``); run through register()
+# so the test does not depend on that registration.
+_RUN_CLI = """
+import argparse, sys
+from shipping_async.cli import webhooks
+parser = argparse.ArgumentParser(prog="shipping-async")
+webhooks.register(parser.add_subparsers(dest="command", required=True))
+args = parser.parse_args(sys.argv[1:])
+sys.exit(args.handler(args))
+"""
+
+
+async def test_listen_command_flushes_each_line_while_running_and_exits_0_on_sigint(
+    make_body: BodyFactory,
+) -> None:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _RUN_CLI, "webhooks", "listen", "--port", "0",
+        env={"SHIPPING_WEBHOOK_TOKEN": TOKEN, "PATH": ""},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert process.stdout is not None
+    assert process.stderr is not None
+    try:
+        banner = (await asyncio.wait_for(process.stderr.readline(), 20)).decode()
+        url = banner.removeprefix("listening on ").strip()
+        async with aiohttp.ClientSession() as http, http.post(url, data=make_body()) as response:
+            assert response.status == 202
+        line = (await asyncio.wait_for(process.stdout.readline(), 10)).decode()
+        assert line.endswith("4201 shipment.updated.status: order_received -> in_transit\n")
+    finally:
+        process.send_signal(signal.SIGINT)
+        code = await asyncio.wait_for(process.wait(), 10)
+    assert code == 0
