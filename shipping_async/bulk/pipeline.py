@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from datetime import timedelta
 from decimal import Decimal
 from typing import Protocol, Unpack
 
@@ -46,6 +47,7 @@ from shipping_async.models import (
     Order,
     OrderRequest,
     PickupAvailability,
+    PickupWish,
     Quote,
     QuoteRequest,
     ScheduledPickup,
@@ -276,10 +278,19 @@ class JobPipeline:
     async def _pickup_stage(self, record: JobRecord) -> JobRecord:
         # On a hub order the availabilities and the booking apply to the first leg.
         assert record.order_id is not None
+        wish = record.job.pickup or PickupWish()
         try:
             slots = await self._client.orders.pickup_availabilities(record.order_id)
-            window = choose_pickup_window(slots, record.job.pickup, now=self._clock.now())
-            booked = await self._client.orders.schedule_pickup(record.order_id, window.request)
+            window = choose_pickup_window(slots, wish, now=self._clock.now())
+            try:
+                booked = await self._client.orders.schedule_pickup(record.order_id, window.request)
+            except BadRequestError:
+                # The cut-off may have passed between choosing and booking (or the
+                # server's clock is ahead of ours): the next offered date, once.
+                later = window.request.scheduled_date + timedelta(days=1)
+                wish = msgspec.structs.replace(wish, earliest_date=later)
+                window = choose_pickup_window(slots, wish, now=self._clock.now())
+                booked = await self._client.orders.schedule_pickup(record.order_id, window.request)
         except ShippingError as exc:
             return await self._fail(record, Stage.PICKUP, exc)
         when: JobFields = {

@@ -33,6 +33,7 @@ class RunProgress:
         self.reached: Counter[JobState] = Counter()  # jobs that reached each state this run
         self.resumed = 0  # finished by an earlier run, only reported
         self.invalid = 0
+        self.failed_unordered = 0  # failed before an order existed
         self.order_times: deque[float] = deque(maxlen=256)  # monotonic, ORDERED moves
         self._where: dict[str, JobState] = {}
 
@@ -45,6 +46,8 @@ class RunProgress:
         self.reached[record.state] += 1
         if record.state is JobState.ORDERED and before is JobState.ORDERING:
             self.order_times.append(now)
+        if record.state is JobState.FAILED and record.order_id is None:
+            self.failed_unordered += 1
         if record.finished:
             self._where.pop(record.key, None)
         else:

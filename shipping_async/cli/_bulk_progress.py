@@ -1,0 +1,173 @@
+"""Progress of ``shipping-async bulk``: a rich bar on a terminal, else one line per event."""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Protocol, TextIO
+
+from shipping_async.bulk.journal import JobState
+from shipping_async.bulk.results import ResultStatus, ShipmentResult
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
+    from shipping_async.bulk.shipper import RunProgress
+
+__all__ = ["Display", "PlainDisplay", "RichDisplay", "make_display"]
+
+
+class Display(Protocol):
+    """What the command tells the user while a batch runs."""
+
+    def start(self, total: int) -> None: ...
+    def result(self, result: ShipmentResult) -> None: ...
+    def tick(self) -> None: ...
+    def message(self, text: str) -> None: ...
+    def stop(self) -> None: ...
+
+
+class _Rates:
+    """Orders per minute (real time) and the ETA the rate limit allows."""
+
+    def __init__(self, progress: RunProgress, limit: int, window_real: float) -> None:
+        self._progress = progress
+        self._limit = limit
+        self._window = window_real
+        self._samples: deque[tuple[float, int]] = deque(maxlen=64)
+        self.total = 0
+
+    def orders_per_minute(self) -> float:
+        # Wall time for display only; protocol durations never use it.
+        now = time.monotonic()
+        self._samples.append((now, self._progress.reached[JobState.ORDERED]))
+        first_at, first = self._samples[0]
+        span = max(now - first_at, self._window)
+        return (self._samples[-1][1] - first) * 60.0 / span
+
+    def eta(self) -> float:
+        """Seconds until the last order can be sent, at ``limit`` per window."""
+        progress = self._progress
+        settled = progress.resumed + progress.invalid + progress.failed_unordered
+        remaining = max(0, self.total - settled - progress.reached[JobState.ORDERED])
+        return math.ceil(remaining / self._limit) * self._window if remaining else 0.0
+
+    def counts(self) -> str:
+        states = self._progress.states
+        quoted = states[JobState.PENDING] + states[JobState.QUOTED]
+        return (
+            f"quoting {quoted} · ordering {states[JobState.ORDERING]} · "
+            f"waybill {states[JobState.ORDERED]} · pickup {states[JobState.WAYBILLED]} · "
+            f"done {self._progress.reached[JobState.DONE]} · "
+            f"failed {self._progress.reached[JobState.FAILED] + self._progress.invalid} · "
+            f"unknown {self._progress.reached[JobState.UNKNOWN]} · "
+            f"resumed {self._progress.resumed}"
+        )
+
+
+class PlainDisplay:
+    """One line per finished shipment, and a counts line now and then."""
+
+    def __init__(self, rates: _Rates, stream: TextIO) -> None:
+        self._rates = rates
+        self._stream = stream
+        self._last = 0.0
+
+    def start(self, total: int) -> None:
+        self._rates.total = total
+        self.message(f"{total} shipments")
+
+    def result(self, result: ShipmentResult) -> None:
+        parts = [result.status.value, result.key, f"stage={result.stage.value}"]
+        if result.order_id is not None:
+            parts.append(f"order={result.order_id}")
+        if result.waybills:
+            parts.append("waybills=" + ",".join(w or "-" for w in result.waybills))
+        if result.pickup_confirmation:
+            parts.append(f"pickup={result.pickup_confirmation}")
+        if result.cost is not None:
+            parts.append(f"cost={result.cost} {result.currency}")
+        if result.resumed:
+            parts.append("(earlier run)")
+        if result.status is not ResultStatus.DONE and result.error:
+            parts.append(f"retryable={'yes' if result.retryable else 'no'} error={result.error}")
+        self.message(" ".join(parts))
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        if now - self._last >= 5.0:
+            self._last = now
+            rates = self._rates
+            self.message(
+                f"progress: {rates.counts()} · {rates.orders_per_minute():.0f} orders/min · "
+                f"ETA {rates.eta():.0f}s"
+            )
+
+    def message(self, text: str) -> None:
+        print(text, file=self._stream, flush=True)
+
+    def stop(self) -> None:
+        return None
+
+
+class RichDisplay:
+    """A bar over all shipments with per-stage counts, orders per minute and the ETA."""
+
+    def __init__(self, rates: _Rates) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        self._rates = rates
+        self._progress: Progress = Progress(
+            TextColumn("[bold]shipping"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[counts]}"),
+            TextColumn("· {task.fields[rate]} orders/min · ETA {task.fields[eta]}"),
+            transient=False,
+        )
+        self._task: TaskID | None = None
+
+    def start(self, total: int) -> None:
+        self._rates.total = total
+        self._progress.start()
+        self._task = self._progress.add_task("ship", total=total, counts="", rate="0", eta="-")
+
+    def result(self, result: ShipmentResult) -> None:
+        if self._task is not None:
+            self._progress.advance(self._task)
+        if result.status is not ResultStatus.DONE and not result.resumed:
+            self._progress.console.print(
+                f"[yellow]{result.status.value}[/] {result.key} at {result.stage.value}: "
+                f"{result.error}",
+                markup=True,
+                highlight=False,
+            )
+
+    def tick(self) -> None:
+        if self._task is None:
+            return
+        rates = self._rates
+        eta = rates.eta()
+        self._progress.update(
+            self._task,
+            counts=rates.counts(),
+            rate=f"{rates.orders_per_minute():.0f}",
+            eta=f"{int(eta // 60)}:{int(eta % 60):02d}",
+        )
+
+    def message(self, text: str) -> None:
+        self._progress.console.print(text, markup=False, highlight=False)
+
+    def stop(self) -> None:
+        self.tick()
+        self._progress.stop()
+
+
+def make_display(mode: str, progress: RunProgress, *, limit: int, window_real: float) -> Display:
+    """``bar`` (rich), ``plain`` (lines), or ``auto``: the bar on a terminal."""
+    rates = _Rates(progress, limit, window_real)
+    if mode == "bar" or (mode == "auto" and sys.stdout.isatty()):
+        return RichDisplay(rates)
+    return PlainDisplay(rates, sys.stdout)

@@ -1,0 +1,332 @@
+"""``shipping-async bulk``: ship a CSV or JSONL file of shipments, resumable, with progress.
+
+Exit codes: 0 every shipment done; 1 some failed or have an unknown order outcome;
+2 bad arguments or setup (no token, journal in use, journal holds another batch);
+130 interrupted (Ctrl-C or SIGTERM): the journal is consistent, run again with
+``--resume`` to continue.
+
+Unknown order outcomes (POST /orders sent, no answer): such shipments are never sent
+again on a guess. The API cannot search orders by reference, so find them in what you
+know (the account's order list, your webhook receiver's ``order_received`` events) and
+pass ``--reconcile FILE`` (CSV ``key,order_id``; an empty order_id means "no order was
+created"). Each order id given is checked with GET /orders/{id} against the shipment's
+customer_reference. ``--resend-unknown`` then declares every shipment still unknown as
+not created and sends it again: use it only after that search.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import csv
+import io
+import os
+import signal
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+__all__ = ["register", "run"]
+
+DEFAULT_SANDBOX_SPEED = 60.0  # the API's 60 s window lasts 1 s: 60 shipments in ~3 s
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``bulk`` subcommand."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "bulk",
+        help="quote, order, waybill and book pickups for a file of shipments",
+        description=(
+            "Ship every row of a CSV or JSONL file: quote, order (at the account's rate "
+            "limit), waybill, pickup. Progress is journaled: after a crash or Ctrl-C, run "
+            "again with --resume. The token comes from SHIPPING_ACCESS_TOKEN."
+        ),
+    )
+    parser.add_argument("input", metavar="INPUT", help="shipments, .csv or .jsonl")
+    parser.add_argument("--out", help="write one result per shipment (.jsonl or .csv)")
+    parser.add_argument(
+        "--journal",
+        help="journal file (default INPUT.journal; a fresh temporary one with --sandbox)",
+    )
+    parser.add_argument(
+        "--resume", action="store_true", help="continue the batch the journal holds"
+    )
+    parser.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="with --resume: try failed shipments marked retryable again (never re-orders)",
+    )
+    parser.add_argument("--reconcile", metavar="FILE", help="settle unknown orders: key,order_id")
+    parser.add_argument(
+        "--resend-unknown",
+        action="store_true",
+        help="declare every still-unknown order as never created and send it again",
+    )
+    parser.add_argument(
+        "--choose",
+        default="cheapest",
+        help="cheapest | cheapest:CUR | carrier:NAME | service:NAME | carrier:N,service:S",
+    )
+    parser.add_argument("--sandbox", action="store_true", help="run against an embedded sandbox")
+    parser.add_argument(
+        "--sandbox-speed",
+        type=float,
+        help=f"sandbox clock speed (default {DEFAULT_SANDBOX_SPEED:g}); with --base-url: "
+        "the external sandbox's speed, to scale the default rate budget",
+    )
+    parser.add_argument("--base-url", help="API root incl. /client_api/v2 (or SHIPPING_BASE_URL)")
+    parser.add_argument(
+        "--rate-limit",
+        metavar="N/SECONDS",
+        help="order budget, real seconds (default 20/60; 20/(60/K) for a sandbox at speed K)",
+    )
+    parser.add_argument("--concurrency", type=int, default=64, help="shipments in flight (64)")
+    parser.add_argument(
+        "--estimate-validity",
+        type=float,
+        metavar="SECONDS",
+        help="re-quote estimates older than this instead of checking with GET /quotes",
+    )
+    parser.add_argument(
+        "--progress", choices=("auto", "bar", "plain"), default="auto", help="display mode"
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the batch; returns the exit code."""
+    from shipping_async.bulk.choice import parse_choice
+
+    try:
+        choose = parse_choice(args.choose)
+        limit, window = _rate(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if not Path(args.input).is_file():
+        print(f"error: {args.input}: no such file", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(_Command(args, choose, limit, window).main())
+    except (KeyboardInterrupt, asyncio.CancelledError):  # the second Ctrl-C
+        print("aborted; the journal is consistent: run again with --resume", file=sys.stderr)
+        return 130
+
+
+def _rate(args: argparse.Namespace) -> tuple[int, float]:
+    """The order budget in real seconds."""
+    if args.rate_limit:
+        count, sep, seconds = args.rate_limit.partition("/")
+        try:
+            limit, window = int(count), float(seconds)
+        except ValueError:
+            limit, window = 0, 0.0
+        if not sep or limit < 1 or window <= 0:
+            raise ValueError(f"--rate-limit {args.rate_limit!r}: expected N/SECONDS, e.g. 20/60")
+        return limit, window
+    speed = _speed(args)
+    return 20, 60.0 / speed
+
+
+def _speed(args: argparse.Namespace) -> float:
+    if args.sandbox_speed is not None:
+        if args.sandbox_speed <= 0:
+            raise ValueError("--sandbox-speed must be > 0")
+        return float(args.sandbox_speed)
+    return DEFAULT_SANDBOX_SPEED if args.sandbox else 1.0
+
+
+class _Command:
+    def __init__(self, args: argparse.Namespace, choose: Any, limit: int, window: float) -> None:
+        self.args = args
+        self.choose = choose
+        self.limit = limit
+        self.window_real = window
+        self.interrupts = 0
+
+    async def main(self) -> int:
+        from shipping_async._client import AsyncShippingClient
+        from shipping_async.bulk.journal import JournalError
+        from shipping_async.bulk.sqlite_journal import SQLiteJournal
+        from shipping_async.clock import Clock, ScaledClock, SystemClock
+        from shipping_async.limiter import RollingWindowLimiter
+
+        args = self.args
+        async with contextlib.AsyncExitStack() as stack:
+            clock: Clock = SystemClock()
+            speed = 1.0
+            if args.sandbox:
+                from shipping_async.sandbox import SandboxServer
+
+                speed = _speed(args)
+                sandbox = SandboxServer(speed=speed)
+                await stack.enter_async_context(sandbox)
+                base_url, token, clock = sandbox.base_url, sandbox.token, sandbox.clock
+            else:
+                base_url = args.base_url or os.environ.get("SHIPPING_BASE_URL", "")
+                token = os.environ.get("SHIPPING_ACCESS_TOKEN", "")
+                if not token or not base_url:
+                    print(
+                        "error: set SHIPPING_ACCESS_TOKEN and --base-url (or "
+                        "SHIPPING_BASE_URL), or use --sandbox",
+                        file=sys.stderr,
+                    )
+                    return 2
+            if isinstance(clock, ScaledClock):
+                speed = clock.speed
+            # The budget is in real seconds; the limiter runs on the client's clock.
+            limiter = RollingWindowLimiter(self.limit, self.window_real * speed, clock=clock)
+            client = AsyncShippingClient(
+                token, base_url=base_url, order_limiter=limiter, clock=clock
+            )
+            await stack.enter_async_context(client)
+            path = self._journal_path(stack)
+            try:
+                journal = await SQLiteJournal.open(path, clock=clock)
+            except JournalError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
+            stack.push_async_callback(journal.close)
+            counts = await journal.counts()
+            if sum(counts.values()) and not args.resume:
+                print(
+                    f"error: the journal {path} already holds {sum(counts.values())} shipments; "
+                    "pass --resume to continue that batch, or --journal NEW for a new one",
+                    file=sys.stderr,
+                )
+                return 2
+            if args.reconcile or args.resend_unknown:
+                code = await self._reconcile(client, journal)
+                if code:
+                    return code
+            return await self._ship(client, journal, path)
+        return 0  # pragma: no cover - the stack never swallows
+
+    def _journal_path(self, stack: contextlib.AsyncExitStack) -> str:
+        if self.args.journal:
+            return str(self.args.journal)
+        if self.args.sandbox:  # the embedded sandbox forgets everything: so does its journal
+            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="shipping-bulk-"))
+            return str(Path(folder) / "batch.journal")
+        return f"{self.args.input}.journal"
+
+    async def _reconcile(self, client: Any, journal: Any) -> int:
+        from shipping_async.errors import ShippingError
+
+        unknown = {record.key: record for record in await journal.needs_reconciliation()}
+        if self.args.reconcile:
+            text = await asyncio.to_thread(Path(self.args.reconcile).read_text, "utf-8")
+            for line, row in enumerate(csv.DictReader(io.StringIO(text)), start=2):
+                key = (row.get("key") or "").strip()
+                order_text = (row.get("order_id") or "").strip().lower()
+                record = unknown.pop(key, None)
+                if record is None:
+                    continue  # not unknown (any more): nothing to settle
+                if order_text in ("", "none"):
+                    await journal.reconcile(key, order_id=None)
+                    continue
+                try:
+                    order = await client.orders.get(int(order_text))
+                except (ValueError, ShippingError) as exc:
+                    print(f"error: {self.args.reconcile}:{line}: {exc}", file=sys.stderr)
+                    return 2
+                reference = record.job.order.customer_reference
+                if order.customer_reference not in (None, reference):
+                    print(
+                        f"error: {self.args.reconcile}:{line}: order {order.id} has "
+                        f"customer_reference {order.customer_reference!r}, not {reference!r}",
+                        file=sys.stderr,
+                    )
+                    return 2
+                await journal.reconcile(key, order_id=order.id)
+        if self.args.resend_unknown:
+            for key in unknown:
+                await journal.reconcile(key, order_id=None)
+        return 0
+
+    async def _ship(self, client: Any, journal: Any, path: str) -> int:
+        from shipping_async.bulk.readers import count_rows, read_jobs
+        from shipping_async.bulk.results import ResultStatus, ResultWriter
+        from shipping_async.bulk.shipper import BulkShipper
+        from shipping_async.cli._bulk_progress import make_display
+
+        args = self.args
+        shipper = BulkShipper(
+            client,
+            journal=journal,
+            choose=self.choose,
+            concurrency=args.concurrency,
+            estimate_validity=args.estimate_validity,
+            retry_failed=args.retry_failed,
+        )
+        display = make_display(
+            args.progress, shipper.progress, limit=self.limit, window_real=self.window_real
+        )
+        writer = ResultWriter(args.out) if args.out else None
+        runner = asyncio.current_task()
+        assert runner is not None
+        self._handle_signals(shipper, display, runner)
+        display.start(count_rows(args.input))
+        ticker = asyncio.get_running_loop().create_task(_tick(display))
+        bad = 0
+        try:
+            async for result in shipper.run(read_jobs(args.input)):
+                bad += result.status is not ResultStatus.DONE
+                if writer is not None:
+                    writer.write(result)
+                display.result(result)
+        finally:
+            ticker.cancel()
+            display.stop()
+            if writer is not None:
+                writer.close()
+            self._restore_signals()
+        return await self._summary(journal, path, shipper.stopping, bad)
+
+    async def _summary(self, journal: Any, path: str, stopped: bool, bad: int) -> int:
+        from shipping_async.bulk.journal import JobState
+
+        counts = await journal.counts()
+        line = ", ".join(f"{state.value} {n}" for state, n in counts.items() if n)
+        where = "temporary journal" if self.args.sandbox and not self.args.journal else path
+        print(f"{where}: {line or 'empty'}", flush=True)
+        resume = f"shipping-async bulk {self.args.input} --journal {path} --resume"
+        if counts[JobState.UNKNOWN]:
+            print(
+                f"{counts[JobState.UNKNOWN]} order outcome(s) unknown: find them, then "
+                f"{resume} --reconcile FILE (see shipping-async bulk --help)",
+                flush=True,
+            )
+        if stopped:
+            print(f"interrupted; to continue: {resume}", flush=True)
+            return 130
+        return 1 if bad else 0
+
+    def _handle_signals(self, shipper: Any, display: Any, runner: asyncio.Task[Any]) -> None:
+        loop = asyncio.get_running_loop()
+
+        def interrupt() -> None:
+            self.interrupts += 1
+            if self.interrupts == 1:
+                shipper.stop()
+                display.message(
+                    "stopping: no new orders; finishing the ones sent. Ctrl-C again aborts."
+                )
+            else:
+                runner.cancel()
+
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, interrupt)
+
+    def _restore_signals(self) -> None:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+
+
+async def _tick(display: Any) -> None:
+    while True:
+        display.tick()
+        await asyncio.sleep(0.25)  # screen refresh, not a protocol duration
