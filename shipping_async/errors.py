@@ -197,10 +197,11 @@ def parse_rate_limit(text: str) -> RateLimitInfo:
     if match is None:
         return RateLimitInfo(count=None, limit=None, window=None)
     window: float | None = None
-    if match["window"] is not None:
+    # "per minute" names a unit without a number: one of it.
+    if match["window"] is not None or match["unit"] is not None:
         unit = (match["unit"] or "s").lower()
         scale = next(seconds for prefix, seconds in _UNIT_SECONDS if unit.startswith(prefix))
-        window = float(match["window"]) * scale
+        window = float(match["window"] or 1) * scale
     return RateLimitInfo(count=int(match["count"]), limit=int(match["limit"]), window=window)
 
 
