@@ -174,9 +174,12 @@ async def exchange(
         "<- %s %s %d in %.3f s (%d bytes)", method, url, status, loop.time() - started, len(raw)
     )
     if status >= 300:
+        # A proxy or debug page may echo the request headers back: keep the token out of
+        # the error's text and body.
+        secret = token.reveal().encode()
         raise error_for_status(
             status,
-            raw,
+            raw.replace(secret, b"***") if secret in raw else raw,
             method=method,
             path=path,
             retry_after=parse_retry_after(retry_after, clock.now()),

@@ -204,6 +204,18 @@ async def test_the_token_is_not_in_exception_texts_or_tracebacks(
         chain = chain.__cause__
 
 
+async def test_a_token_echoed_in_an_error_body_is_scrubbed(mock: aioresponses) -> None:
+    echo = f'{{"success": false, "error": "bad header Authorization: Bearer {TOKEN}"}}'
+    mock.get(ORDER_7001, status=400, body=echo.encode())
+
+    async with make_client() as client:
+        with pytest.raises(ShippingError) as caught:
+            await client.orders.get(7001)
+
+    assert TOKEN not in str(caught.value)
+    assert "Bearer ***" in str(caught.value)
+
+
 def test_the_secret_hides_itself() -> None:
     secret = _http.Secret(TOKEN)
     assert TOKEN not in f"{secret} {secret!r}"
