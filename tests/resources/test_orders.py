@@ -14,6 +14,7 @@ import pytest
 from aioresponses import aioresponses
 
 from shipping_async._client import AsyncShippingClient
+from shipping_async._multipart import flatten
 from shipping_async.clock import ManualClock
 from shipping_async.errors import (
     APIConnectionError,
@@ -625,3 +626,31 @@ async def test_the_re_sent_order_goes_before_orders_queued_behind_it(
 async def test_an_order_id_must_be_a_positive_integer(client: AsyncShippingClient) -> None:
     with pytest.raises(RequestValidationError, match="order_id"):
         await client.orders.get(0)
+
+
+# -- the form convention -------------------------------------------------------------------
+
+
+def test_flatten_follows_the_rails_convention() -> None:
+    value = {
+        "a": {"b": [{"c": 1}, {"c": 2.5}]},
+        "yes": True,
+        "no": False,
+        "gone": None,
+        "money": Decimal("40.00"),
+        "text": "x y",
+    }
+
+    assert flatten(value, "order") == [
+        ("order[a][b][0][c]", "1"),
+        ("order[a][b][1][c]", "2.5"),
+        ("order[yes]", "true"),
+        ("order[no]", "false"),
+        ("order[money]", "40.00"),
+        ("order[text]", "x y"),
+    ]
+
+
+def test_flatten_refuses_values_a_form_cannot_hold() -> None:
+    with pytest.raises(TypeError, match=r"order\[when\]"):
+        flatten({"when": object()}, "order")

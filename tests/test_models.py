@@ -1,0 +1,219 @@
+"""The models: wire formats converted once, lenient responses, strict requests, decoders."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, date, datetime, time
+from decimal import Decimal
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from resources.support import direct_quote, estimate, hub_quote, order, quote_request
+
+from shipping_async.errors import RequestValidationError
+from shipping_async.models import (
+    Estimate,
+    LineItem,
+    Order,
+    Package,
+    PickupAvailability,
+    Quote,
+    ScheduledPickup,
+    SchedulePickupRequest,
+    decoder,
+    validate_request,
+)
+from shipping_async.models.orders import _OrderEnvelope
+from shipping_async.models.quotes import _QuoteEnvelope
+
+
+def decode_order(body: dict[str, Any]) -> Order:
+    envelope: _OrderEnvelope = decoder(_OrderEnvelope).decode(json.dumps({"order": body}))
+    return envelope.order
+
+
+def decode_quote(body: dict[str, Any]) -> Quote:
+    envelope: _QuoteEnvelope = decoder(_QuoteEnvelope).decode(json.dumps(body))
+    return envelope.unwrap()
+
+
+def test_one_decoder_per_type_is_made_and_kept() -> None:
+    assert decoder(_OrderEnvelope) is decoder(_OrderEnvelope)
+    assert decoder(_OrderEnvelope) is not decoder(_QuoteEnvelope)
+
+
+def test_created_at_becomes_an_aware_utc_datetime() -> None:
+    created = decode_order(order()).created_at
+    assert created == datetime(2026, 1, 5, 9, 30, 15, tzinfo=UTC)
+    assert created is not None
+    assert created.utcoffset() is not None
+
+
+def test_a_malformed_created_at_is_a_validation_error_naming_the_field() -> None:
+    with pytest.raises(msgspec.ValidationError, match=r"created_at"):
+        decode_order(order(created_at="05-01-2026 09:30"))
+
+
+def test_nulls_and_unknown_fields_are_accepted() -> None:
+    body = order(broker_address=None, invoice_number=None, brand_new_field=[1, 2])
+    body["origin_address"]["country"]["new_country_field"] = True
+    got = decode_order(body)
+    assert got.broker_address is None
+    assert got.origin_address is not None
+    assert got.origin_address.country is not None
+
+
+def test_money_is_decimal_and_sums_exactly() -> None:
+    quote = decode_quote(direct_quote())
+    first = quote.estimates[0]
+    assert all(isinstance(item.cost, Decimal) for item in first.line_items)
+    assert first.total() == Decimal("11.0")
+    assert first.total("USD") == Decimal("11.0")
+    assert sum((item.cost for item in first.line_items), Decimal(0)) == Decimal("11.0")
+
+
+def test_totals_refuse_to_mix_currencies() -> None:
+    mixed = Estimate(
+        estimate_id=1,
+        line_items=[
+            LineItem(description="a", cost=Decimal("1.10"), currency_id="USD"),
+            LineItem(description="b", cost=Decimal("2.00"), currency_id="EUR"),
+        ],
+    )
+    with pytest.raises(ValueError, match="currencies"):
+        mixed.total()
+    assert mixed.total("EUR") == Decimal("2.00")
+
+
+def test_both_weight_spellings_land_in_billable_weight() -> None:
+    flat = decode_quote(direct_quote()).estimates[0].billable_weight
+    wrapped = decode_quote(hub_quote()).estimates[0].billable_weight
+    assert flat == wrapped
+    assert flat is not None
+
+
+def test_the_cheapest_valid_estimate_is_chosen() -> None:
+    body = {
+        "id": 1,
+        "estimates": [
+            estimate(1, line_items=[{"description": "x", "cost": 9, "currency_id": "USD"}]),
+            estimate(
+                2,
+                quote_expired=True,
+                line_items=[{"description": "x", "cost": 1, "currency_id": "USD"}],
+            ),
+            estimate(3, line_items=[{"description": "x", "cost": 5, "currency_id": "USD"}]),
+        ],
+    }
+    assert decode_quote(body).cheapest().estimate_id == 3
+
+
+def test_a_quote_body_with_neither_shape_does_not_decode() -> None:
+    with pytest.raises(ValueError, match="neither"):
+        decode_quote({"estimates": []})
+
+
+def test_pickup_formats_become_date_and_time() -> None:
+    raw = json.dumps(
+        {
+            "pickup_date": "31-12-2026",
+            "cut_off_time": "16:45.30",
+            "minimum_access_duration_minutes": 90,
+            "earliest_pickup_time": "08:05.00",
+            "time_zone_id": "Asia/Tokyo",
+        }
+    )
+    slot: PickupAvailability = decoder(PickupAvailability).decode(raw)
+    assert slot.pickup_date == date(2026, 12, 31)
+    assert slot.cut_off_time == time(16, 45, 30)
+    assert slot.earliest_pickup_time == time(8, 5)
+
+
+def test_a_scheduled_pickup_decodes_hh_mm_and_dd_mm_yyyy() -> None:
+    raw = b'{"id": 1, "time_from": "09:15", "time_to": "11:15", "scheduled_date": "02-03-2026"}'
+    booked: ScheduledPickup = decoder(ScheduledPickup).decode(raw)
+    assert (booked.time_from, booked.time_to) == (time(9, 15), time(11, 15))
+    assert booked.scheduled_date == date(2026, 3, 2)
+
+
+def test_schedule_pickup_request_writes_the_wire_formats() -> None:
+    request = SchedulePickupRequest(
+        scheduled_date=date(2026, 3, 2), time_from=time(9, 5), time_to=time(11, 30)
+    )
+    assert request.to_wire() == {
+        "scheduled_pickup": {
+            "time_from": "09:05",
+            "time_to": "11:30",
+            "scheduled_date": "02-03-2026",
+        }
+    }
+
+
+def test_validation_names_the_path_of_the_bad_field() -> None:
+    packages = [Package(weight=1, width=1, height=1, length=1) for _ in range(3)]
+    packages[2].width = -1
+    with pytest.raises(RequestValidationError) as caught:
+        validate_request(quote_request(packages=packages))
+    assert caught.value.field == "packages[2].width"
+
+
+def test_a_valid_request_passes_unchanged() -> None:
+    request = quote_request()
+    assert validate_request(request) is request
+
+
+# -- property: decoders never fail with anything but msgspec's errors ---------------------
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=30)
+    | st.sampled_from(["2026/01/05 09:30:15 UTC", "2026/13/45 99:99:99 UTC", "31-02-2026"]),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+def objects_for(fields: tuple[str, ...]) -> st.SearchStrategy[dict[str, Any]]:
+    return st.fixed_dictionaries(
+        {}, optional={name: json_values for name in fields} | {"unknown": json_values}
+    )
+
+
+ORDER_FIELDS = tuple(Order.__struct_fields__)
+QUOTE_FIELDS = ("quote", *Quote.__struct_fields__)
+
+
+def decodes_or_refuses(raw: bytes, type_: Any) -> None:
+    try:
+        result = decoder(type_).decode(raw)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return
+    if isinstance(result, _QuoteEnvelope) and result.quote is None and result.id is None:
+        with pytest.raises(ValueError, match="neither"):
+            result.unwrap()
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@given(objects_for(ORDER_FIELDS))
+def test_any_json_object_decodes_as_an_order_or_is_refused(body: dict[str, Any]) -> None:
+    decodes_or_refuses(json.dumps({"order": body}).encode(), _OrderEnvelope)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(objects_for(QUOTE_FIELDS))
+def test_any_json_object_decodes_as_a_quote_or_is_refused(body: dict[str, Any]) -> None:
+    decodes_or_refuses(json.dumps(body).encode(), _QuoteEnvelope)
+
+
+@settings(max_examples=200)
+@given(st.lists(objects_for(tuple(PickupAvailability.__struct_fields__)), max_size=3))
+def test_any_json_decodes_as_availabilities_or_is_refused(body: list[dict[str, Any]]) -> None:
+    decodes_or_refuses(json.dumps(body).encode(), list[PickupAvailability])
