@@ -14,7 +14,9 @@ rules). What sharing adds:
   possibly on the wire: ``claim`` turns it into ``unknown`` (listed by
   :meth:`~PostgresJournal.needs_reconciliation`), never re-sends it.
 
-Leases run on the database's clock (``now()``), the one clock every worker shares.
+Leases run on the database's clock (``now()``), the one clock every worker shares. With a
+:class:`~shipping_async.clock.ScaledClock` (a sandbox run), lease seconds are the clock's
+and last ``1 / speed`` as long in real time, like every other duration of the run.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from shipping_async.bulk.journal import (
     JournalStateError,
     LeaseLostError,
 )
+from shipping_async.clock import Clock, ScaledClock
 from shipping_async.scaleout._pg_schema import LATEST_VERSION, migrate, quote_ident
 
 __all__ = ["PostgresJournal"]
@@ -73,15 +76,22 @@ class PostgresJournal:
     :meth:`open` (or ``shipping-async journal init``).
     """
 
-    def __init__(self, pool: asyncpg.Pool, schema: str) -> None:
+    def __init__(self, pool: asyncpg.Pool, schema: str, *, clock: Clock | None = None) -> None:
         self._pool = pool
         self.schema = schema
+        self._speed = clock.speed if isinstance(clock, ScaledClock) else 1.0
         self._jobs = f"{quote_ident(schema)}.jobs"
         self._closed = False
 
     @classmethod
     async def open(
-        cls, dsn: str, *, schema: str = DEFAULT_SCHEMA, min_size: int = 1, max_size: int = 10
+        cls,
+        dsn: str,
+        *,
+        schema: str = DEFAULT_SCHEMA,
+        clock: Clock | None = None,
+        min_size: int = 1,
+        max_size: int = 10,
     ) -> Self:
         """Connect, create or migrate the schema, and return the journal."""
         pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size)
@@ -100,7 +110,7 @@ class PostgresJournal:
                 f"journal schema {schema} is at version {newest}, newer than this "
                 f"shipping-async knows ({LATEST_VERSION}): upgrade shipping-async"
             )
-        return cls(pool, schema)
+        return cls(pool, schema, clock=clock)
 
     async def __aenter__(self) -> Self:
         return self
@@ -172,7 +182,7 @@ class PostgresJournal:
                 None if keys is None else list(keys),
                 limit,
                 worker_id,
-                float(lease),
+                lease / self._speed,
             )
         return [_record(row) for row in sorted(rows, key=lambda row: row["seq"])]
 
@@ -182,7 +192,7 @@ class PostgresJournal:
             "WHERE lease_owner = $1 AND lease_until > now() AND key = ANY($2) RETURNING key",
             worker_id,
             list(keys),
-            float(lease),
+            lease / self._speed,
         )
         return {row["key"] for row in rows}
 

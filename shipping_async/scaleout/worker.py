@@ -1,0 +1,278 @@
+"""A worker of a shared journal: claims jobs of every account and ships them until none is left.
+
+Any number of workers, on any number of hosts, run :meth:`Worker.run` against one
+PostgreSQL journal. Each account gets a *lane* in every worker: its client (token,
+order limiter), a :class:`~shipping_async.bulk.pipeline.JobPipeline` and its order gate.
+A lane claims as many jobs as it has free places (``SELECT ... FOR UPDATE SKIP LOCKED``
+in the journal), renews their leases while it works, and polls for more until its
+account has no unfinished job left - including jobs leased by other workers, because a
+worker that dies leaves its jobs to be taken over once their lease runs out.
+
+Accounts do not slow each other: each lane has its own places, limiter and gate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Protocol
+
+from shipping_async.bulk._gate import OrderGate
+from shipping_async.bulk.choice import EstimateChooser, cheapest
+from shipping_async.bulk.journal import JobRecord, JobState, Journal, LeaseLostError
+from shipping_async.bulk.pipeline import JobPipeline, ShippingClient, Stopped
+from shipping_async.bulk.results import ShipmentResult, Stage
+from shipping_async.bulk.shipper import RunProgress
+from shipping_async.clock import Clock, SystemClock
+
+__all__ = ["SharedJournal", "Worker"]
+
+_log = logging.getLogger(__name__)
+
+_STAGE_OF_STATE = {
+    JobState.PENDING: Stage.QUOTE,
+    JobState.QUOTED: Stage.ORDER,
+    JobState.ORDERED: Stage.WAYBILL,
+    JobState.WAYBILLED: Stage.PICKUP,
+}
+
+
+class SharedJournal(Journal, Protocol):
+    """A journal many workers share; :class:`PostgresJournal` is one."""
+
+    async def accounts_with_work(self, *, retry_failed: bool = False) -> list[str]:
+        """Accounts that have jobs not finished yet (leased or not)."""
+        ...
+
+
+class Worker:
+    """Works on the journal's jobs, every account, until none is left or :meth:`stop`.
+
+    Example::
+
+        clients = AccountClients(lambda account: open_limiter(redis_url, account=account))
+        worker = Worker(journal, clients.client, lease=60)
+        async for result in worker.run():
+            print(result.key, result.status)
+
+    ``lease`` (seconds of ``clock``, the clients' clock) is how long a claimed job stays
+    this worker's without renewal: after a crash, others take its jobs over that much
+    later. Leases are renewed every third of it; the journal is polled for jobs every
+    tenth. ``concurrency`` bounds the jobs in flight per account.
+    """
+
+    def __init__(
+        self,
+        journal: SharedJournal,
+        client_for: Callable[[str], ShippingClient],
+        *,
+        concurrency: int = 32,
+        lease: float = 60.0,
+        choose: EstimateChooser | None = None,
+        estimate_validity: float | None = None,
+        retry_failed: bool = False,
+        worker_id: str | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency: must be >= 1, got {concurrency}")
+        if lease <= 0:
+            raise ValueError(f"lease: must be > 0 seconds, got {lease}")
+        self.journal = journal
+        self.client_for = client_for
+        self.concurrency = concurrency
+        self.lease = lease
+        self.poll = lease / 10
+        self.choose = choose or cheapest()
+        self.estimate_validity = estimate_validity
+        self.retry_failed = retry_failed
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.clock: Clock = clock or SystemClock()
+        self.progress = RunProgress()
+        self.stop_event = asyncio.Event()
+
+    def stop(self) -> None:
+        """Stop gracefully: claim nothing more, start no more orders, finish what is sent."""
+        self.stop_event.set()
+
+    @property
+    def stopping(self) -> bool:
+        """True once :meth:`stop` was called."""
+        return self.stop_event.is_set()
+
+    async def run(self) -> AsyncIterator[ShipmentResult]:
+        """Work until no account has unfinished jobs; yields each job this worker finished."""
+        results: asyncio.Queue[ShipmentResult | None] = asyncio.Queue()
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(self._supervise(tasks, results))
+            while (result := await results.get()) is not None:
+                yield result
+
+    async def accounts_with_work(self) -> list[str]:
+        """Accounts whose jobs are not all finished, in the journal."""
+        return await self.journal.accounts_with_work(retry_failed=self.retry_failed)
+
+    async def _supervise(
+        self, tasks: asyncio.TaskGroup, results: asyncio.Queue[ShipmentResult | None]
+    ) -> None:
+        """Keep a lane per account with work; end once every lane has ended."""
+        lanes: dict[str, asyncio.Task[None]] = {}
+        try:
+            while not self.stopping:
+                accounts = await self.accounts_with_work()
+                for account in accounts:
+                    if account not in lanes or lanes[account].done():
+                        lane = _Lane(self, account, results)
+                        lanes[account] = tasks.create_task(lane.run())
+                running = [lane for lane in lanes.values() if not lane.done()]
+                if not running and not accounts:
+                    break
+                # Look again when a lane ends, at the next poll (accounts added by a
+                # bulk run meanwhile), or on stop.
+                await _first(
+                    asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED),
+                    self.clock.sleep(self.poll),
+                    self.stop_event.wait(),
+                )
+            await asyncio.gather(*lanes.values(), return_exceptions=True)
+        finally:
+            await results.put(None)
+
+
+class _Lane:
+    """One account's work in one worker: its client, pipeline and gate, its claimed jobs."""
+
+    def __init__(
+        self, worker: Worker, account: str, results: asyncio.Queue[ShipmentResult | None]
+    ) -> None:
+        self.worker = worker
+        self.journal = worker.journal
+        self.account = account
+        self.client = worker.client_for(account)
+        self.clock = self.client.clock
+        self.results = results
+        self.places = asyncio.Semaphore(worker.concurrency)
+        self.freed = asyncio.Event()
+        self.active: set[str] = set()
+        self.pipeline = JobPipeline(
+            self.client,
+            worker.journal,
+            worker_id=worker.worker_id,
+            choose=worker.choose,
+            gate=OrderGate(self.client.order_limiter, self.clock, worker.stop_event),
+            quote_ahead=self.client.order_limiter.limit,
+            estimate_validity=worker.estimate_validity,
+            observe=lambda record: worker.progress.observe(record, self.clock.monotonic()),
+        )
+
+    async def run(self) -> None:
+        """Claim, ship and renew until the account has no unfinished job or the worker stops."""
+        worker = self.worker
+        heartbeat = asyncio.get_running_loop().create_task(self._heartbeat())
+        try:
+            async with asyncio.TaskGroup() as jobs:
+                while not worker.stopping:
+                    free = await self._free_places()
+                    claimed = await self.journal.claim(
+                        worker.worker_id,
+                        lease=worker.lease,
+                        limit=free,
+                        account=self.account,
+                        retry_failed=worker.retry_failed,
+                    )
+                    for _ in range(free - len(claimed)):
+                        self.places.release()
+                    for record in claimed:
+                        self.active.add(record.key)
+                        worker.progress.observe(record, self.clock.monotonic())
+                        jobs.create_task(self._work(record))
+                    if len(claimed) == free:
+                        continue  # there may be more at once
+                    if not self.active and self.account not in await worker.accounts_with_work():
+                        break  # every job finished, here or by other workers
+                    # Jobs leased by others come free only when their lease runs out.
+                    self.freed.clear()
+                    await _first(
+                        self.clock.sleep(worker.poll), self.freed.wait(), worker.stop_event.wait()
+                    )
+        finally:
+            heartbeat.cancel()
+            await asyncio.gather(heartbeat, return_exceptions=True)
+
+    async def _free_places(self) -> int:
+        """Wait for one free place, then take every other free one."""
+        await self.places.acquire()
+        free = 1
+        while not self.places.locked():
+            await self.places.acquire()
+            free += 1
+        return free
+
+    async def _work(self, record: JobRecord) -> None:
+        key, worker = record.key, self.worker
+        try:
+            final = await self.pipeline.ship(record)
+        except Stopped:
+            worker.progress.forget(key)
+            await self.journal.release(worker.worker_id, [key])
+            return
+        except LeaseLostError:
+            _log.warning("job %s: lease lost to another worker; left to it", key)
+            worker.progress.forget(key)
+            return
+        except Exception as exc:  # a bug in one job must not stop the others
+            _log.exception("job %s failed unexpectedly", key)
+            final = await self._crashed(key, exc)
+        finally:
+            self.active.discard(key)
+            self.places.release()
+            self.freed.set()
+        await self.results.put(ShipmentResult.from_record(final))
+
+    async def _crashed(self, key: str, exc: Exception) -> JobRecord:
+        current = await self.journal.get(key)
+        assert current is not None
+        if current.state is JobState.ORDERING:  # the order may have been sent
+            state, stage = JobState.UNKNOWN, Stage.ORDER
+        else:
+            state, stage = JobState.FAILED, _STAGE_OF_STATE.get(current.state, Stage.QUOTE)
+        final = await self.journal.finish(
+            self.worker.worker_id,
+            key,
+            state,
+            error=f"unexpected {type(exc).__name__}: {exc}",
+            error_stage=stage.value,
+        )
+        self.worker.progress.observe(final, self.clock.monotonic())
+        return final
+
+    async def _heartbeat(self) -> None:
+        worker = self.worker
+        while True:
+            await self.clock.sleep(worker.lease / 3)
+            keys = list(self.active)
+            if not keys:
+                continue
+            try:
+                held = await self.journal.renew(worker.worker_id, keys, lease=worker.lease)
+            except Exception as exc:  # the next beat tries again; the lease has slack
+                _log.warning("account %r: could not renew leases (%s)", self.account, exc)
+                continue
+            for key in set(keys) - held:
+                if key in self.active:
+                    _log.warning("job %s: lease could not be renewed", key)
+
+
+async def _first(*awaitables: Awaitable[object]) -> None:
+    """Wait until the first of ``awaitables`` finishes; cancel the others."""
+    tasks = [asyncio.ensure_future(item) for item in awaitables]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
