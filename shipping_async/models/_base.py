@@ -34,6 +34,9 @@ class Model(msgspec.Struct, kw_only=True, omit_defaults=True):
 # here, and callers only ever see ``datetime``, ``date`` and ``time`` values.
 
 
+_TIMESTAMP = re.compile(r"(\d{4})/(\d{1,2})/(\d{1,2}) (\d{1,2}):(\d{1,2}):(\d{1,2}) UTC")
+
+
 class ApiTimestamp(datetime):
     """An aware UTC datetime written ``YYYY/MM/DD HH:MM:SS UTC`` (``Order.created_at``)."""
 
@@ -41,7 +44,13 @@ class ApiTimestamp(datetime):
 
     @classmethod
     def parse(cls, text: str) -> ApiTimestamp:
-        return cls.strptime(text.strip(), cls.FORMAT).replace(tzinfo=UTC)
+        # A regex and int() rather than strptime: strptime took half the time of decoding
+        # a whole order (benchmarks/decode_order.py).
+        match = _TIMESTAMP.fullmatch(text.strip())
+        if match is None:
+            raise ValueError(f"expected a time as YYYY/MM/DD HH:MM:SS UTC, got {text!r}")
+        year, month, day, hour, minute, second = map(int, match.groups())
+        return cls(year, month, day, hour, minute, second, tzinfo=UTC)
 
     def wire(self) -> str:
         return self.astimezone(UTC).strftime(self.FORMAT)
