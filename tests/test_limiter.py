@@ -185,11 +185,21 @@ async def test_pause_adopts_a_stricter_limit_and_window(clock: ManualClock) -> N
     assert repr(limiter) == "RollingWindowLimiter(limit=2, window=120, margin=1)"
 
 
-async def test_pause_never_adopts_a_looser_limit_or_window(clock: ManualClock) -> None:
+@pytest.mark.parametrize(
+    ("limit", "window", "adopted"),
+    [
+        pytest.param(50, 10.0, (20, WINDOW), id="both-looser"),
+        pytest.param(50, 120.0, (20, 120.0), id="longer-window-looser-limit"),
+        pytest.param(2, 10.0, (2, WINDOW), id="smaller-limit-shorter-window"),
+    ],
+)
+async def test_pause_never_adopts_a_looser_limit_or_window(
+    clock: ManualClock, limit: int, window: float, adopted: tuple[int, float]
+) -> None:
     limiter = make_limiter(clock, limit=20)
-    await limiter.pause(0, limit=50, window=10)
+    await limiter.pause(0, limit=limit, window=window)
 
-    assert (limiter.limit, limiter.window) == (20, WINDOW)
+    assert (limiter.limit, limiter.window) == adopted
 
 
 async def test_stricter_limit_applies_to_the_queue(clock: ManualClock) -> None:
