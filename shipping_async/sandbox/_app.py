@@ -27,7 +27,7 @@ from shipping_async.sandbox._core import (
     generate_token,
 )
 from shipping_async.sandbox._faults import Fault
-from shipping_async.sandbox._log import RequestRecord, note
+from shipping_async.sandbox._log import RequestRecord, note, noting
 from shipping_async.sandbox._wire import (
     InvalidInput,
     error_response,
@@ -62,17 +62,17 @@ async def _request_log(request: web.Request, handler: _Handler) -> web.StreamRes
     )
     log.append(record)
     response: web.StreamResponse | None = None
-    try:
-        response = await handler(request)
-        return response
-    finally:
-        details = note(request)
-        record.fault = details.fault
-        record.customer_reference = details.customer_reference
-        record.order_id = details.order_id
-        record.detail = details.detail
-        if response is not None and details.fault not in _DROPS:
-            record.status = response.status
+    with noting() as details:
+        try:
+            response = await handler(request)
+            return response
+        finally:
+            record.fault = details.fault
+            record.customer_reference = details.customer_reference
+            record.order_id = details.order_id
+            record.detail = details.detail
+            if response is not None and details.fault not in _DROPS:
+                record.status = response.status
 
 
 @web.middleware
@@ -150,7 +150,7 @@ async def _faults(request: web.Request, handler: _Handler) -> web.StreamResponse
     fault = sandbox.faults.take(request.method, api_path(request))
     if fault is None:
         return await handler(request)
-    note(request).fault = fault.kind
+    note().fault = fault.kind
     return await _apply(fault, sandbox, request, handler)
 
 
@@ -159,7 +159,7 @@ async def _invalid_input(request: web.Request, handler: _Handler) -> web.StreamR
     try:
         return await handler(request)
     except InvalidInput as exc:
-        note(request).detail = str(exc)
+        note().detail = str(exc)
         return invalid_input(str(exc))
 
 

@@ -7,14 +7,18 @@ read) and the id of the order it created (``None`` when none was).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import msgspec
-from aiohttp import web
 
-__all__ = ["RequestLog", "RequestNote", "RequestRecord", "note"]
+__all__ = ["RequestLog", "RequestNote", "RequestRecord", "note", "noting"]
 
-_NOTE_KEY = "shipping_async.sandbox.note"
+# The note travels in a context variable, not in request storage: the middlewares and the
+# handler of one request run in one task, so they all see the same note.
+_CURRENT: ContextVar[RequestNote | None] = ContextVar("shipping_sandbox_note", default=None)
 
 
 @dataclass(slots=True)
@@ -27,14 +31,20 @@ class RequestNote:
     detail: str | None = None
 
 
-def note(request: web.Request) -> RequestNote:
-    """The request's note, created on first use."""
-    existing = request.get(_NOTE_KEY)
-    if isinstance(existing, RequestNote):
-        return existing
-    created = RequestNote()
-    request[_NOTE_KEY] = created
-    return created
+def note() -> RequestNote:
+    """The note of the request being handled (a throwaway one outside the request log)."""
+    return _CURRENT.get() or RequestNote()
+
+
+@contextmanager
+def noting() -> Iterator[RequestNote]:
+    """Start a fresh note for the request handled inside the ``with`` block."""
+    current = RequestNote()
+    reset = _CURRENT.set(current)
+    try:
+        yield current
+    finally:
+        _CURRENT.reset(reset)
 
 
 class RequestRecord(msgspec.Struct, kw_only=True):

@@ -133,7 +133,7 @@ def _new_order(sandbox: Sandbox, request: web.Request, body: OrderBody) -> Order
 async def create_order(request: web.Request) -> web.Response:
     """POST /orders: 201 ``{"order": Order}``; 400 on bad input; 429 over the rate limit."""
     sandbox = request.app[SANDBOX_KEY]
-    record = note(request)
+    record = note()
     refused: InvalidInput | None = None
     try:
         parsed, uploads = await _read(request)

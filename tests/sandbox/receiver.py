@@ -26,17 +26,28 @@ class Receiver:
     statuses: deque[int] = field(default_factory=deque)  # answered first, in order
     default_status: int = 200
     hang: bool = False
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def handle(self, request: web.Request) -> web.Response:
         self.deliveries.append(Delivery(request.content_type, json.loads(await request.read())))
+        self.arrived.set()
         if self.hang:
             await asyncio.sleep(30)
         status = self.statuses.popleft() if self.statuses else self.default_status
         return web.Response(status=status)
 
+    async def wait_for(self, count: int) -> None:
+        """Wait until ``count`` deliveries have arrived."""
+        async with asyncio.timeout(10):
+            while len(self.deliveries) < count:
+                self.arrived.clear()
+                await self.arrived.wait()
+
     def bodies(self, event_type: str | None = None) -> list[dict[str, Any]]:
         return [
-            d.body for d in self.deliveries if event_type is None or d.body["event_type"] == event_type
+            d.body
+            for d in self.deliveries
+            if event_type is None or d.body["event_type"] == event_type
         ]
 
 

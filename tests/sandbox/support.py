@@ -131,7 +131,8 @@ class Api:
         reply = await self.call("POST", "/quotes", json=quote_body(**overrides))
         assert reply.status == 201, reply.text
         body: dict[str, Any] = reply.body
-        return body.get("quote", body)
+        quote: dict[str, Any] = body.get("quote", body)
+        return quote
 
     async def order(self, *, hub: bool = False, **overrides: Any) -> dict[str, Any]:
         """Quote then order the first estimate; hub orders go US -> DE through the hub."""

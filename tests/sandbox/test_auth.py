@@ -45,7 +45,9 @@ async def test_wrong_token_is_401(api: Api, method: str, path: str) -> None:
 
 
 async def test_other_schemes_and_no_header_are_refused(api: Api) -> None:
-    basic = await api.call("POST", "/quotes", headers={"Authorization": f"Basic {api.server.token}"})
+    basic = await api.call(
+        "POST", "/quotes", headers={"Authorization": f"Basic {api.server.token}"}
+    )
     url = api.url("/quotes")
     async with api.session.post(url, json=quote_body()) as response:
         missing = response.status, await response.json()

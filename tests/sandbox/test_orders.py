@@ -11,7 +11,16 @@ import pytest
 from shipping_async.clock import ManualClock
 from shipping_async.sandbox import SandboxServer
 
-from .support import ADDRESS_KEYS, COUNTRY_KEYS, INVALID, ORDER_KEYS, TOKEN, Api, address, order_body
+from .support import (
+    ADDRESS_KEYS,
+    COUNTRY_KEYS,
+    INVALID,
+    ORDER_KEYS,
+    TOKEN,
+    Api,
+    address,
+    order_body,
+)
 
 SHIPMENT_KEYS = {"shipping_service", "waybill", "waybill_document_link", "tracking_link", "status"}
 LINKS = sorted(key for key in ORDER_KEYS if key.endswith("_link") and key != "tracking_link")
@@ -313,9 +322,7 @@ async def test_multipart_order_attaches_the_safety_data_sheet(api: Api) -> None:
         pytest.param("order[hs_codes][][code]", "9", None, id="unindexed-list"),
     ],
 )
-async def test_bad_multipart_is_400(
-    api: Api, name: str, value: Any, filename: str | None
-) -> None:
+async def test_bad_multipart_is_400(api: Api, name: str, value: Any, filename: str | None) -> None:
     quote = await api.quote()
     form = _form(quote["estimates"][0]["estimate_id"])
     form.add_field(name, value, filename=filename)
@@ -413,7 +420,8 @@ async def test_waybill_per_leg_on_a_hub_order(api: Api) -> None:
     assert set(waybilled) == ORDER_KEYS
     legs = waybilled["shipments"]
     waybills = [leg["waybill"] for leg in legs]
-    assert all(waybills) and len(set(waybills)) == 2
+    assert all(waybills)
+    assert len(set(waybills)) == 2
     assert all(leg["tracking_link"].endswith(leg["waybill"]) for leg in legs)
     assert all(leg["waybill_document_link"] for leg in legs)
     assert {leg["status"] for leg in legs} == {"awaiting_schedule_pickup"}

@@ -148,7 +148,9 @@ async def test_hub_pickup_books_only_the_first_leg(sandbox_at: Sandbox) -> None:
         pytest.param(_pickup("06-01-2026", "25:00", "26:00"), id="no-such-hour"),
         pytest.param(_pickup("2026-01-06"), id="iso-date"),
         pytest.param(_pickup("31-02-2026"), id="no-such-date"),
-        pytest.param({"scheduled_pickup": {"time_from": "10:00", "time_to": "12:00"}}, id="no-date"),
+        pytest.param(
+            {"scheduled_pickup": {"time_from": "10:00", "time_to": "12:00"}}, id="no-date"
+        ),
         pytest.param(
             {"scheduled_pickup": {**_pickup("06-01-2026")["scheduled_pickup"], "note": "x"}},
             id="unknown-field",

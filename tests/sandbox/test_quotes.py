@@ -38,14 +38,13 @@ def _without(field: str) -> dict[str, Any]:
 
 
 def _package(**overrides: Any) -> dict[str, Any]:
-    return quote_body(packages=[{"weight": 2, "width": 20, "height": 10, "length": 30, **overrides}])
+    return quote_body(
+        packages=[{"weight": 2, "width": 20, "height": 10, "length": 30, **overrides}]
+    )
 
 
 INVALID_BODIES = [
-    *(
-        pytest.param(_without(field), id=f"missing-{field}")
-        for field in quote_body()
-    ),
+    *(pytest.param(_without(field), id=f"missing-{field}") for field in quote_body()),
     pytest.param(quote_body(origin_country_id=999), id="unknown-origin-country"),
     pytest.param(quote_body(destination_country_id=0), id="unknown-destination-country"),
     pytest.param(quote_body(origin_country_id="840"), id="country-id-as-text"),
@@ -70,9 +69,7 @@ INVALID_BODIES = [
     pytest.param(
         quote_body(origin_address=address(840, import_code="X")), id="import-code-in-quote"
     ),
-    pytest.param(
-        quote_body(origin_address=address(124)), id="address-country-differs-from-lane"
-    ),
+    pytest.param(quote_body(origin_address=address(124)), id="address-country-differs-from-lane"),
     pytest.param(
         quote_body(destination_address=address(124, classification="castle")),
         id="unknown-classification",
@@ -231,7 +228,9 @@ async def test_hub_line_items_sum_both_legs_converted(api: Api) -> None:
     ],
 )
 async def test_hub_quote_without_hub_is_422(api: Api, origin: int, destination: int) -> None:
-    body = quote_body(origin_country_id=origin, destination_country_id=destination, hub_transit=True)
+    body = quote_body(
+        origin_country_id=origin, destination_country_id=destination, hub_transit=True
+    )
     reply = await api.call("POST", "/quotes", json=body)
     assert reply.status == 422
     assert reply.body == NO_HUB_BODY

@@ -23,7 +23,9 @@ BODY_KEYS = {
 }  # fmt: skip
 
 
-def _hook(url: str = "https://example.com/hooks", events: list[str] | None = None) -> dict[str, Any]:
+def _hook(
+    url: str = "https://example.com/hooks", events: list[str] | None = None
+) -> dict[str, Any]:
     return {"webhook": {"target_url": url, "events": EVENTS if events is None else events}}
 
 
@@ -96,7 +98,9 @@ async def test_unknown_webhook_is_404(api: Api, method: str) -> None:
 @pytest.mark.parametrize(
     ("body", "expected"),
     [
-        pytest.param(_hook("ftp://example.com/x"), _unprocessable("Target url is invalid"), id="ftp"),
+        pytest.param(
+            _hook("ftp://example.com/x"), _unprocessable("Target url is invalid"), id="ftp"
+        ),
         pytest.param(_hook("not a url"), _unprocessable("Target url is invalid"), id="not-a-url"),
         pytest.param(_hook("https://"), _unprocessable("Target url is invalid"), id="no-host"),
         pytest.param(
@@ -123,7 +127,8 @@ async def test_undecodable_webhook_body_is_422(api: Api) -> None:
     reply = await api.call("POST", "/webhooks", json={"webhook": {"target_url": "https://x.io"}})
     assert reply.status == 422
     assert reply.body["errors"] == []
-    assert reply.body["error"].startswith('["') and "events" in reply.body["error"]
+    assert reply.body["error"].startswith('["')
+    assert "events" in reply.body["error"]
 
 
 @pytest.mark.parametrize("method", ["PUT", "PATCH"])
@@ -142,9 +147,7 @@ async def _register(api: Api, url: str, events: list[str] | None = None) -> dict
     return webhook
 
 
-async def test_order_creation_fires_one_status_event_per_leg(
-    api: Api, receiver: Receiver
-) -> None:
+async def test_order_creation_fires_one_status_event_per_leg(api: Api, receiver: Receiver) -> None:
     webhook = await _register(api, receiver.url)
     order = await api.order(hub=True)
     await api.server.control.wait_for_deliveries()
@@ -246,7 +249,8 @@ async def test_failures_are_retried_on_schedule_then_the_webhook_fails(
     assert {a.result for a in attempts} == {"http_error"}
     assert {a.status for a in attempts} == {500}
     for previous, attempt, delay in zip(attempts, attempts[1:], (20, 40, 60, 80), strict=False):
-        assert previous.finished_at is not None and attempt.sent_at is not None
+        assert previous.finished_at is not None
+        assert attempt.sent_at is not None
         waited = attempt.sent_at - previous.finished_at
         assert delay <= waited < delay + 10, (delay, waited)
     assert len(receiver.deliveries) == 5
@@ -309,9 +313,7 @@ async def test_unreachable_target_is_a_connection_error(one_retry_api: Api) -> N
     await api.order()
     await api.server.control.wait_for_deliveries()
     attempts = api.server.control.deliveries()
-    assert [(a.attempt, a.result) for a in attempts] == [(1, "connection_error")] + [
-        (2, "connection_error")
-    ]
+    assert [a.result for a in attempts] == ["connection_error", "connection_error"]
 
 
 async def test_deleting_a_webhook_skips_its_pending_retries(
@@ -321,8 +323,7 @@ async def test_deleting_a_webhook_skips_its_pending_retries(
     receiver.default_status = 500
     webhook = await _register(api, receiver.url, ["shipment.updated.status"])
     await api.order()
-    while len(receiver.deliveries) < 1:
-        await asyncio.sleep(0.005)
+    await receiver.wait_for(1)
     await api.call("DELETE", f"/webhooks/{webhook['id']}")
     await api.server.control.wait_for_deliveries()
     assert [a.result for a in api.server.control.deliveries()][-1] == "skipped"
@@ -338,11 +339,12 @@ async def test_shutdown_cancels_pending_deliveries(receiver: Receiver) -> None:
         api = Api(session, server)
         await _register(api, receiver.url)
         await api.order()
-        while len(receiver.deliveries) < 1:
-            await asyncio.sleep(0.005)
+        await receiver.wait_for(1)
     # The retry 20 real seconds away was cancelled and awaited: no task outlives the server.
     leftovers = [
-        t for t in asyncio.all_tasks() if getattr(t.get_coro(), "__qualname__", "") == "Dispatcher._deliver"
+        t
+        for t in asyncio.all_tasks()
+        if getattr(t.get_coro(), "__qualname__", "") == "Dispatcher._deliver"
     ]
     assert leftovers == []
     assert server.control.deliveries()[-1].result == "cancelled"
