@@ -53,7 +53,16 @@ class DeliveryRecord(msgspec.Struct, kw_only=True):
 class Dispatcher:
     """Sends webhook events in background tasks and records every attempt."""
 
-    __slots__ = ("_clock", "_config", "_lookup", "_next_id", "_session", "_tasks", "records")
+    __slots__ = (
+        "_clock",
+        "_closed",
+        "_config",
+        "_lookup",
+        "_next_id",
+        "_session",
+        "_tasks",
+        "records",
+    )
 
     def __init__(
         self, clock: Clock, config: SandboxConfig, lookup: Callable[[int], Webhook | None]
@@ -64,6 +73,7 @@ class Dispatcher:
         self._session: aiohttp.ClientSession | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._next_id = 1
+        self._closed = False
         self.records: list[DeliveryRecord] = []
 
     def emit(
@@ -76,6 +86,8 @@ class Dispatcher:
         updated_value: str,
     ) -> None:
         """Start delivering one event to each active webhook subscribed to it."""
+        if self._closed:
+            return  # the app has shut down: nobody would own the tasks
         updated_at = format_utc_millis(self._clock.now())
         for webhook in webhooks:
             if webhook.status != "active" or event_type not in webhook.events:
@@ -112,7 +124,8 @@ class Dispatcher:
         self._next_id = 1
 
     async def close(self) -> None:
-        """Cancel every delivery and close the HTTP session."""
+        """Cancel every delivery and close the HTTP session; later events are dropped."""
+        self._closed = True
         await self.cancel_all()
         if self._session is not None:
             await self._session.close()

@@ -189,3 +189,17 @@ async def test_invalid_fault_is_400(api: Api, spec: dict[str, object]) -> None:
 async def test_invalid_fault_in_process_raises(api: Api) -> None:
     with pytest.raises(SandboxControlError, match="status"):
         api.server.control.add_fault("status", "/orders")
+
+
+async def test_aiohttp_retries_an_idempotent_request_dropped_once(api: Api) -> None:
+    # aiohttp re-sends GET/PUT/DELETE once after a disconnect: a client built on it only
+    # sees a dropped idempotent request when the fault hits twice.
+    order = await api.order()
+    api.server.control.add_fault("drop_before", f"/orders/{order['id']}", method="GET")
+    retried = await api.call("GET", f"/orders/{order['id']}")
+    api.server.control.add_fault("drop_before", f"/orders/{order['id']}", method="GET", count=2)
+    with pytest.raises(aiohttp.ServerDisconnectedError):
+        await api.call("GET", f"/orders/{order['id']}")
+    assert retried.status == 200
+    faults = [r.fault for r in api.server.control.requests(method="GET")]
+    assert faults == ["drop_before", None, "drop_before", "drop_before"]
