@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator
 from unittest import mock
 
 import aiohttp
@@ -152,7 +153,7 @@ async def test_chunked_body_without_a_length_is_cut_off_at_the_limit(
 ) -> None:
     url, receiver = await started(serve, Recorder(), max_body_size=1024)
 
-    async def chunks():  # type: ignore[no-untyped-def]
+    async def chunks() -> AsyncIterator[bytes]:
         for _ in range(20):
             yield b"y" * 10_000
 
