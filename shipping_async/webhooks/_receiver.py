@@ -127,14 +127,18 @@ class WebhookReceiver:
 
     async def handle(self, request: web.Request) -> web.Response:
         """The aiohttp handler for ``POST <path>``: one delivery, one answer."""
-        if self._closing or len(self._tasks) >= self._max_pending:
-            self.stats.refused_busy += 1
-            return web.Response(status=503, text="receiver busy, retry later")
+        if self._busy():
+            return self._refuse_busy()
         try:
             body = await _read_body(request, self._max_body_size)
             event = parse_event(body, self._token, max_body_size=self._max_body_size)
         except WebhookError as exc:
             return self._refuse(request, exc)
+        # Checked again after the read: other deliveries (or close()) may have come in
+        # meanwhile. From here to create_task there is no await, so the bound is exact
+        # and close() sees every task.
+        if self._busy():
+            return self._refuse_busy()
         if self.dedupe is not None and not self.dedupe.check_and_add(event):
             self.stats.duplicates += 1
             logger.debug("dropped a duplicate delivery of %r", event)
@@ -144,6 +148,14 @@ class WebhookReceiver:
         self._tasks[task] = event
         task.add_done_callback(self._forget)
         return web.Response(status=202)
+
+    def _busy(self) -> bool:
+        return self._closing or len(self._tasks) >= self._max_pending
+
+    def _refuse_busy(self) -> web.Response:
+        # Not remembered as seen: the API's retry (about 20 s later) must get through.
+        self.stats.refused_busy += 1
+        return web.Response(status=503, text="receiver busy, retry later")
 
     def _refuse(self, request: web.Request, exc: WebhookError) -> web.Response:
         if isinstance(exc, WebhookTokenError):

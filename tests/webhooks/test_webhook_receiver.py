@@ -356,6 +356,26 @@ async def test_close_cancels_handlers_still_running_after_the_grace_and_logs_the
     assert "object_id=77" in caplog.text
 
 
+async def test_delivery_still_being_read_when_close_starts_is_refused_503(
+    make_body: BodyFactory,
+) -> None:
+    recorder = Recorder()
+    receiver = WebhookReceiver(recorder, token=TOKEN)
+    payload = StreamReader(mock.Mock(_reading_paused=False), 2**16)
+    request = make_mocked_request("POST", "/webhooks", payload=payload)
+    answer = asyncio.create_task(receiver.handle(request))
+    await asyncio.sleep(0)  # the handler now waits for the body
+
+    await receiver.close()
+    payload.feed_data(make_body())
+    payload.feed_eof()
+
+    assert (await answer).status == 503
+    assert receiver.pending == 0
+    assert receiver.dedupe is not None
+    assert len(receiver.dedupe) == 0
+
+
 async def test_route_added_to_an_existing_app_sits_beside_its_routes(
     serve: Serve, http: aiohttp.ClientSession, make_body: BodyFactory
 ) -> None:
