@@ -72,3 +72,10 @@ async def test_unknown_route_answers_json_404(api: Api) -> None:
     reply = await api.call("GET", "/nothing-here")
     assert reply.status == 404
     assert reply.body == {"success": False, "error": "Not Found", "errors": []}
+
+
+async def test_wrong_method_answers_json_405(api: Api) -> None:
+    reply = await api.call("GET", "/webhooks")
+    assert reply.status == 405
+    assert reply.body == {"success": False, "error": "Method Not Allowed", "errors": []}
+    assert "POST" in reply.headers["Allow"]
