@@ -100,21 +100,13 @@ class Orders:
             order_limited=True,
         )
 
-    async def get(
-        self,
-        order_id: int,
-        **options: Unpack[RequestOptions],
-    ) -> Order:
+    async def get(self, order_id: int, **options: Unpack[RequestOptions]) -> Order:
         """GET /orders/{id}: the order with every leg in ``shipments`` (see ``Order.legs``)."""
         path = f"/orders/{path_id(order_id, 'order_id')}"
         operation = Operation(name="get_order", method="GET", path=path)
         return await self._client._request(operation, _order, **options)
 
-    async def cancel(
-        self,
-        order_id: int,
-        **options: Unpack[RequestOptions],
-    ) -> None:
+    async def cancel(self, order_id: int, **options: Unpack[RequestOptions]) -> None:
         """DELETE /orders/{id}: cancels the order and every leg.
 
         Raises ``OrderAlreadyLiveError`` once the order is in transit or later.
@@ -123,20 +115,14 @@ class Orders:
         operation = Operation(name="cancel_order", method="DELETE", path=path)
         await self._client._request(operation, _success, **options)
 
-    async def create_waybill(
-        self,
-        order_id: int,
-        **options: Unpack[RequestOptions],
-    ) -> Order:
+    async def create_waybill(self, order_id: int, **options: Unpack[RequestOptions]) -> Order:
         """POST /orders/{id}/waybills (body ``{}``): one waybill per leg, in ``legs``."""
         path = f"/orders/{path_id(order_id, 'order_id')}/waybills"
         operation = Operation(name="create_waybill", method="POST", path=path)
         return await self._client._request(operation, _order, body={}, **options)
 
     async def pickup_availabilities(
-        self,
-        order_id: int,
-        **options: Unpack[RequestOptions],
+        self, order_id: int, **options: Unpack[RequestOptions]
     ) -> list[PickupAvailability]:
         """GET /orders/{id}/pickup_availabilities (the first leg's, on a hub order).
 
@@ -147,10 +133,7 @@ class Orders:
         return await self._client._request(operation, _availabilities, **options)
 
     async def schedule_pickup(
-        self,
-        order_id: int,
-        request: SchedulePickupRequest,
-        **options: Unpack[RequestOptions],
+        self, order_id: int, request: SchedulePickupRequest, **options: Unpack[RequestOptions]
     ) -> ScheduledPickup:
         """POST /orders/{id}/schedule_pickups. Times are in the availability's time zone.
 
@@ -160,8 +143,5 @@ class Orders:
         path = f"/orders/{path_id(order_id, 'order_id')}/schedule_pickups"
         operation = Operation(name="schedule_pickup", method="POST", path=path)
         return await self._client._request(
-            operation,
-            _scheduled_pickup,
-            body=request.to_wire(),
-            **options,
+            operation, _scheduled_pickup, body=request.to_wire(), **options
         )

@@ -29,11 +29,7 @@ class Quotes:
     def __init__(self, client: AsyncShippingClient) -> None:
         self._client = client
 
-    async def create(
-        self,
-        request: QuoteRequest,
-        **options: Unpack[RequestOptions],
-    ) -> Quote:
+    async def create(self, request: QuoteRequest, **options: Unpack[RequestOptions]) -> Quote:
         """POST /quotes. ``hub_transit=True`` in the request asks for a hub quote.
 
         Raises ``NoHubForRouteError`` when no hub serves the lane (quote direct then).
@@ -43,11 +39,7 @@ class Quotes:
         operation = Operation(name="create_quote", method="POST", path="/quotes")
         return await self._client._request(operation, _quote, body=request, **options)
 
-    async def get(
-        self,
-        quote_id: int,
-        **options: Unpack[RequestOptions],
-    ) -> Quote:
+    async def get(self, quote_id: int, **options: Unpack[RequestOptions]) -> Quote:
         """GET /quotes/{id}: the quote with each estimate's current ``quote_expired``."""
         path = f"/quotes/{path_id(quote_id, 'quote_id')}"
         operation = Operation(name="get_quote", method="GET", path=path)

@@ -41,10 +41,7 @@ class Webhooks:
         self._client = client
 
     async def create(
-        self,
-        target_url: str,
-        events: Iterable[str],
-        **options: Unpack[RequestOptions],
+        self, target_url: str, events: Iterable[str], **options: Unpack[RequestOptions]
     ) -> Webhook:
         """POST /webhooks. The returned ``token`` authenticates deliveries; keep it.
 
@@ -53,17 +50,10 @@ class Webhooks:
         """
         operation = Operation(name="create_webhook", method="POST", path="/webhooks")
         return await self._client._request(
-            operation,
-            _webhook,
-            body=_body(target_url, events),
-            **options,
+            operation, _webhook, body=_body(target_url, events), **options
         )
 
-    async def get(
-        self,
-        webhook_id: int,
-        **options: Unpack[RequestOptions],
-    ) -> Webhook:
+    async def get(self, webhook_id: int, **options: Unpack[RequestOptions]) -> Webhook:
         """GET /webhooks/{id}."""
         path = f"/webhooks/{path_id(webhook_id, 'webhook_id')}"
         operation = Operation(name="get_webhook", method="GET", path=path)
@@ -88,17 +78,10 @@ class Webhooks:
         path = f"/webhooks/{path_id(webhook_id, 'webhook_id')}"
         operation = Operation(name="update_webhook", method=verb, path=path)
         return await self._client._request(
-            operation,
-            _webhook,
-            body=_body(target_url, events),
-            **options,
+            operation, _webhook, body=_body(target_url, events), **options
         )
 
-    async def delete(
-        self,
-        webhook_id: int,
-        **options: Unpack[RequestOptions],
-    ) -> None:
+    async def delete(self, webhook_id: int, **options: Unpack[RequestOptions]) -> None:
         """DELETE /webhooks/{id}. ``NotFoundError`` when there is no such endpoint."""
         path = f"/webhooks/{path_id(webhook_id, 'webhook_id')}"
         operation = Operation(name="delete_webhook", method="DELETE", path=path)
