@@ -23,7 +23,7 @@ from shipping_async.bulk.journal import Journal
 from shipping_async.clock import Clock
 from shipping_async.limiter import OrderLimiter, RollingWindowLimiter
 
-__all__ = ["close_limiter", "is_shared_journal", "open_journal", "open_limiter"]
+__all__ = ["close_limiter", "is_shared_journal", "open_journal", "open_limiter", "split_options"]
 
 _POSTGRES = ("postgresql://", "postgres://")
 _REDIS = ("redis://", "rediss://", "unix://")
@@ -45,7 +45,7 @@ async def open_journal(spec: str | Path, *, clock: Clock | None = None) -> Journ
     if is_shared_journal(spec):
         from shipping_async.scaleout.postgres_journal import DEFAULT_SCHEMA, PostgresJournal
 
-        dsn, options = _split_options(str(spec), "schema")
+        dsn, options = split_options(str(spec), "schema")
         return await PostgresJournal.open(
             dsn, schema=options.get("schema", DEFAULT_SCHEMA), clock=clock
         )
@@ -73,7 +73,7 @@ def open_limiter(
     if spec.startswith(_REDIS):
         from shipping_async.scaleout.redis_limiter import RedisOrderLimiter
 
-        url, options = _split_options(spec, "prefix")
+        url, options = split_options(spec, "prefix")
         return RedisOrderLimiter(
             url,
             account=account or DEFAULT_ACCOUNT_KEY,
@@ -93,7 +93,7 @@ async def close_limiter(limiter: OrderLimiter) -> None:
         await aclose()
 
 
-def _split_options(url: str, *names: str) -> tuple[str, dict[str, str]]:
+def split_options(url: str, *names: str) -> tuple[str, dict[str, str]]:
     """Take our own query parameters out of ``url``; the rest go to the driver."""
     parts = urlsplit(url)
     query = parse_qsl(parts.query, keep_blank_values=True)

@@ -42,13 +42,16 @@ from shipping_async.clock import Clock, ManualClock, ScaledClock, SystemClock
 from shipping_async.errors import ShippingError
 from shipping_async.limiter import Permit
 from shipping_async.scaleout._permit_store import PermitStore
+from shipping_async.scaleout._reserve import Reserve
 
 __all__ = ["LimiterUnavailableError", "RedisOrderLimiter"]
 
 _log = logging.getLogger(__name__)
 
-# Sleeps get up to 1 % of a hold added, so that the heads of many processes spread out.
-_JITTER_SHARE = 0.01
+# Sleeps get up to 0.5 % of a hold added, so that the heads of many processes spread out.
+_JITTER_SHARE = 0.005
+# A permit fetched ahead and not taken within 5 % of a window goes back (see _reserve).
+_RESERVE_IDLE_SHARE = 0.05
 # Reconnect attempts while Redis is away, real seconds.
 _RETRY_FIRST, _RETRY_MAX = 0.05, 1.0
 
@@ -94,10 +97,10 @@ class RedisOrderLimiter:
         "_owned_client",
         "_pump",
         "_reserve",
-        "_reserve_target",
         "_speed",
         "_store",
         "_waiters",
+        "_watching",
     )
 
     def __init__(
@@ -146,13 +149,11 @@ class RedisOrderLimiter:
         )
         self._held: set[str] = set()  # granted here and not released
         self._waiters: deque[asyncio.Future[Permit]] = deque()
-        # Permits taken in Redis ahead of an acquire, for a caller that asked
-        # next_free_at(): an order gate writes the order intent only once a permit is
-        # ready, so that a crash never leaves intents of orders that were never sent.
-        self._reserve: deque[Permit] = deque()
-        self._reserve_target = 0
+        # Permits taken in Redis ahead of an acquire, for an order gate (see _reserve).
+        self._reserve = Reserve(idle=float(window) * _RESERVE_IDLE_SHARE)
         self._free_at: float | None = None  # clock.monotonic() of the next free permit
         self._pump: asyncio.Task[None] | None = None
+        self._watching = False  # the pump naps only to expire the reserve
         self._kick = asyncio.Event()
         self._outage_since: float | None = None
 
@@ -188,30 +189,34 @@ class RedisOrderLimiter:
     def next_free_at(self) -> float | None:
         """When (on ``clock.monotonic()``) a permit should be ready here, for an ETA.
 
-        Asking is taken as demand: while the caller still sees no more :meth:`available`
-        permits than it needs, one more is fetched from Redis ahead of its ``acquire``.
+        Asking is taken as demand: the caller still waits with every :meth:`available`
+        permit spoken for, so more are fetched from Redis ahead of their ``acquire``.
         """
-        if len(self._reserve) >= self._reserve_target:
-            self._reserve_target = len(self._reserve) + 1
+        now = self._clock.monotonic()
+        if self._reserve.ask(now, self.limit):
+            self._kick.set()  # a pump watching the reserve fetches at once
+        if self._reserve.missing(now):
             self._ensure_pump()
         if self._outage_since is not None:
             return None  # unknown until Redis answers again
-        now = self._clock.monotonic()
-        if self._reserve or self._free_at is None:
+        if len(self._reserve) or self._free_at is None:
             return now
         return max(now, self._free_at)
 
     async def acquire(self, *, front: bool = False) -> Permit:
         """Wait for a permit, first come first served; ``front=True`` goes to the head."""
-        if self._reserve and (front or not self._waiters):
-            self._reserve_target = max(0, self._reserve_target - 1)
-            return self._reserve.popleft()
+        if front or not self._waiters:
+            ready = self._reserve.take()
+            if ready is not None:
+                return ready
         waiter: asyncio.Future[Permit] = asyncio.get_running_loop().create_future()
         if front:
             self._waiters.appendleft(waiter)
         else:
             self._waiters.append(waiter)
         self._ensure_pump()
+        if self._watching:
+            self._kick.set()  # the pump only watches the reserve: it must fetch now
         try:
             return await waiter
         except asyncio.CancelledError:
@@ -288,10 +293,8 @@ class RedisOrderLimiter:
         for waiter in self._waiters:
             waiter.cancel()
         self._waiters.clear()
-        while self._reserve:
-            permit = self._reserve.popleft()
-            with contextlib.suppress(RedisError):  # if not, its lease frees it
-                await self.release(permit, sent=False)
+        for permit in self._reserve.clear():
+            await self.release(permit, sent=False)
         if self._owned_client is not None:
             client, self._owned_client = self._owned_client, None
             await client.aclose()
@@ -323,9 +326,20 @@ class RedisOrderLimiter:
         """Act for the head of the local queue: ask Redis, hand out, sleep the answer."""
         retry = _RETRY_FIRST
         while True:
-            wanted = self._wanted()
+            now = self._clock.monotonic()
+            for permit in self._reserve.expire(now):
+                await self.release(permit, sent=False)  # nobody took it: others may
+            wanted = self._wanted(now)
             if wanted == 0:
-                return
+                expiry = self._reserve.next_expiry()
+                if expiry is None:
+                    return
+                self._watching = True
+                try:
+                    await self._nap(expiry - now)  # give back what nobody takes in time
+                finally:
+                    self._watching = False
+                continue
             try:
                 granted, wait = await self._store.acquire(
                     [uuid4().hex for _ in range(wanted)], lease=self._lease
@@ -351,13 +365,12 @@ class RedisOrderLimiter:
                 nap = min(wait, hold) + random.uniform(0, _JITTER_SHARE * hold)
                 await self._nap(nap)
 
-    def _wanted(self) -> int:
+    def _wanted(self, now: float) -> int:
         """Permits to ask Redis for now: one per live waiter and per missing reserve."""
         while self._waiters and self._waiters[0].done():
             self._waiters.popleft()
         waiting = sum(not waiter.done() for waiter in self._waiters)
-        missing = max(0, self._reserve_target - len(self._reserve))
-        return min(self._store.limit, waiting + missing)
+        return min(self._store.limit, waiting + self._reserve.missing(now))
 
     def _hand_out(self, permit: Permit) -> bool:
         """Give a granted permit to the head of the queue, else to the reserve if it
@@ -368,9 +381,8 @@ class RedisOrderLimiter:
                 self._held.add(permit.id)
                 waiter.set_result(permit)
                 return True
-        if len(self._reserve) < self._reserve_target:
+        if self._reserve.offer(permit):
             self._held.add(permit.id)
-            self._reserve.append(permit)
             return True
         return False
 
@@ -401,7 +413,6 @@ class RedisOrderLimiter:
                 exc,
             )
         if self._max_outage is not None and now - self._outage_since >= self._max_outage:
-            self._reserve_target = 0
             self._fail_waiters(
                 LimiterUnavailableError(
                     f"order limiter for account {self._account}: Redis unreachable for "

@@ -278,7 +278,7 @@ async def test_asking_for_the_next_free_permit_fetches_one_ahead(make_limiter: M
     limiter, other = make_limiter(limit=2), make_limiter(limit=2)
     assert limiter.available() == 0
     assert limiter.next_free_at() is not None
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.005)  # one round trip; a permit nobody takes goes back soon
     assert limiter.available() == 1
     assert await other.in_use() == 1  # a permit in reserve counts for everyone
     permit = await asyncio.wait_for(limiter.acquire(), 0.01)
@@ -290,6 +290,29 @@ async def test_asking_for_the_next_free_permit_fetches_one_ahead(make_limiter: M
 async def test_closing_gives_back_the_permits_fetched_ahead(make_limiter: MakeLimiter) -> None:
     limiter, other = make_limiter(limit=2), make_limiter(limit=2)
     limiter.next_free_at()
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.005)
+    assert await other.in_use() == 1
     await limiter.aclose()
+    assert await other.in_use() == 0
+
+
+async def test_repeated_asks_fetch_twice_as_many_each_time_up_to_the_limit(
+    make_limiter: MakeLimiter,
+) -> None:
+    limiter = make_limiter(limit=5, window=2.0)  # unused permits go back after 0.1 s
+    seen = []
+    for _ in range(4):
+        limiter.next_free_at()  # a gate still waiting with every ready permit spoken for
+        await asyncio.sleep(0.005)
+        seen.append(limiter.available())
+    assert seen == [1, 2, 4, 5]
+
+
+async def test_permits_fetched_ahead_and_not_taken_go_back(make_limiter: MakeLimiter) -> None:
+    limiter, other = make_limiter(limit=2), make_limiter(limit=2)
+    limiter.next_free_at()
+    await asyncio.sleep(0.005)
+    assert await other.in_use() == 1
+    await asyncio.sleep(WINDOW * 0.05 + 0.02)  # idle: 5 % of the window
+    assert limiter.available() == 0
     assert await other.in_use() == 0

@@ -1,0 +1,86 @@
+"""Permits taken from Redis ahead of demand, so that an order gate can see one is ready.
+
+The bulk pipeline's order gate writes a job's order intent only once the limiter reports
+a permit :meth:`~RedisOrderLimiter.available`, so that a crash never leaves intents of
+orders that were never sent. For a shared limiter "available" must mean "already taken
+in Redis for this process": that is this reserve.
+
+How big: the gate asks :meth:`~RedisOrderLimiter.next_free_at` only while a job waits at
+it with every ready permit spoken for. Each such ask doubles the target (1, 2, 4, ... up
+to the limit, like TCP's slow start), so a fresh window's permits are fetched in a few
+round trips, not one per order. Nothing is fetched once nobody has asked for ``idle``
+seconds, and a permit nobody took within ``idle`` goes back to Redis (the target shrinks
+with it), so a worker running out of jobs does not sit on permits other workers need.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+from shipping_async.limiter import Permit
+
+__all__ = ["Reserve"]
+
+
+class Reserve:
+    """The permits of one process that :meth:`take` hands out at once."""
+
+    __slots__ = ("_asked_at", "_permits", "idle", "target")
+
+    def __init__(self, idle: float) -> None:
+        self.idle = idle
+        self.target = 0
+        self._asked_at = -math.inf
+        self._permits: deque[Permit] = deque()
+
+    def __len__(self) -> int:
+        return len(self._permits)
+
+    def ask(self, now: float, limit: int) -> bool:
+        """A caller waits for more ready permits; ``True`` if more should be fetched now."""
+        self._asked_at = now
+        if len(self._permits) < self.target:
+            return False  # a fetch is already due
+        grown = min(limit, max(1, 2 * self.target))
+        if grown <= len(self._permits):
+            return False
+        self.target = grown
+        return True
+
+    def missing(self, now: float) -> int:
+        """How many permits to fetch now: none once nobody has asked for ``idle``."""
+        if now - self._asked_at > self.idle:
+            return 0
+        return max(0, self.target - len(self._permits))
+
+    def offer(self, permit: Permit) -> bool:
+        """Keep a freshly granted permit if the target wants one."""
+        if len(self._permits) >= self.target:
+            return False
+        self._permits.append(permit)
+        return True
+
+    def take(self) -> Permit | None:
+        """The oldest ready permit, or ``None``."""
+        return self._permits.popleft() if self._permits else None
+
+    def expire(self, now: float) -> list[Permit]:
+        """Remove and return the permits nobody took within ``idle``; shrink the target."""
+        expired = []
+        while self._permits and self._permits[0].acquired_at + self.idle <= now:
+            expired.append(self._permits.popleft())
+        if expired:
+            self.target = len(self._permits)
+        return expired
+
+    def next_expiry(self) -> float | None:
+        """When the oldest ready permit expires, if there is one."""
+        return self._permits[0].acquired_at + self.idle if self._permits else None
+
+    def clear(self) -> list[Permit]:
+        """Remove and return every ready permit; fetch none until asked again."""
+        permits = list(self._permits)
+        self._permits.clear()
+        self.target = 0
+        return permits
