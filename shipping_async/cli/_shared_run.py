@@ -1,0 +1,286 @@
+"""What ``worker`` and ``bulk --journal postgresql://...`` share: a worker run on a shared journal.
+
+Builds the run from the command line: the clock (scaled for a sandbox), the journal, one
+client and order limiter per account, the :class:`~shipping_async.scaleout.worker.Worker`;
+shows progress, writes results, prints the summary per account and the jobs to
+reconcile. Ctrl-C (or SIGTERM) stops gracefully; a second one aborts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from typing import Any
+
+from shipping_async.bulk.choice import EstimateChooser
+from shipping_async.bulk.journal import JobState
+from shipping_async.clock import Clock, ScaledClock, SystemClock
+
+__all__ = ["add_scaleout_options", "run_shared"]
+
+#: Seconds one request may take (real); the limiter's lease is derived from it.
+DEFAULT_TIMEOUT = 30.0
+
+
+def add_scaleout_options(parser: argparse.ArgumentParser) -> None:
+    """Add ``--limiter``, ``--accounts``, ``--lease`` and ``--timeout`` to ``parser``."""
+    parser.add_argument(
+        "--limiter",
+        metavar="URL",
+        help="order budget store: 'memory' (this process, default) or redis://host:6379/0 "
+        "(shared by every worker of an account; no order is sent while Redis is unreachable)",
+    )
+    parser.add_argument(
+        "--accounts",
+        metavar="FILE",
+        help="TOML file naming each account's token variable or file and base URL "
+        "(default: SHIPPING_ACCESS_TOKEN__<ACCOUNT>, SHIPPING_BASE_URL__<ACCOUNT>)",
+    )
+    parser.add_argument(
+        "--lease",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="a claimed job stays this worker's that long without renewal (60; scaled "
+        "with --sandbox-speed): others take over a dead worker's jobs after it",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"seconds one request may take ({DEFAULT_TIMEOUT:g})",
+    )
+
+
+def run_shared(
+    args: argparse.Namespace,
+    *,
+    choose: EstimateChooser,
+    limit: int,
+    window_real: float,
+    speed: float,
+    enqueue: str | None = None,
+) -> int:
+    """Work on the shared journal ``args.journal`` (after adding the jobs of ``enqueue``)."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    run = _SharedRun(args, choose, limit, window_real, speed)
+    try:
+        return asyncio.run(run.main(enqueue))
+    except (KeyboardInterrupt, asyncio.CancelledError):  # the second Ctrl-C
+        print(
+            "aborted; the journal is consistent: others take this worker's jobs over after "
+            "their lease",
+            file=sys.stderr,
+        )
+        return 130
+
+
+class _SharedRun:
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        choose: EstimateChooser,
+        limit: int,
+        window_real: float,
+        speed: float,
+    ) -> None:
+        self.args = args
+        self.choose = choose
+        self.limit = limit
+        self.window_real = window_real
+        self.speed = speed
+        self.interrupts = 0
+
+    async def main(self, enqueue: str | None) -> int:
+        from shipping_async.bulk.journal import JournalError
+        from shipping_async.scaleout.accounts import AccountClients, AccountConfigError
+        from shipping_async.scaleout.factory import open_journal, open_limiter
+        from shipping_async.scaleout.worker import Worker
+
+        args, speed = self.args, self.speed
+        clock: Clock = ScaledClock(speed) if speed != 1.0 else SystemClock()
+        if not args.limiter or args.limiter == "memory":
+            print(
+                "warning: --limiter memory keeps this worker's own order budget; run more "
+                "than one worker per account only with --limiter redis://...",
+                file=sys.stderr,
+            )
+        timeout = args.timeout
+
+        def limiter_for(account: str) -> Any:
+            return open_limiter(
+                args.limiter,
+                account=account,
+                limit=self.limit,
+                window=self.window_real * speed,
+                lease=1.5 * timeout * speed,  # a request's longest life, on the clock
+                clock=clock,
+            )
+
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                journal: Any = await open_journal(args.journal, clock=clock)
+            except (JournalError, OSError, ValueError) as exc:
+                print(f"error: journal {_safe(args.journal)}: {exc}", file=sys.stderr)
+                return 2
+            stack.push_async_callback(journal.close)
+            try:
+                clients = AccountClients(
+                    limiter_for,
+                    config=args.accounts,
+                    base_url=args.base_url,
+                    clock=clock,
+                    timeout=timeout,
+                )
+                stack.push_async_callback(clients.aclose)
+                keys: list[str] | None = None
+                if enqueue is not None:
+                    keys = await self._enqueue(journal, enqueue)
+                clients.check(await journal.accounts_with_work(retry_failed=args.retry_failed))
+            except (AccountConfigError, ValueError) as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
+            worker = Worker(
+                journal,
+                clients.client,
+                concurrency=args.concurrency,
+                lease=args.lease,
+                choose=self.choose,
+                estimate_validity=args.estimate_validity,
+                retry_failed=args.retry_failed,
+                clock=clock,
+            )
+            bad = await self._work(worker, len(keys) if keys is not None else 0)
+            if keys is not None:
+                bad = await self._report_batch(journal, keys)
+            return await self._summary(journal, worker.stopping, bad)
+        return 0  # pragma: no cover - the stack never swallows
+
+    async def _enqueue(self, journal: Any, path: str) -> list[str]:
+        """Add the input's jobs to the journal (known keys keep their progress)."""
+        from shipping_async.bulk.jobs import InvalidJob, ShipmentJob
+        from shipping_async.bulk.readers import read_jobs
+
+        keys: list[str] = []
+        chunk: list[ShipmentJob] = []
+        invalid = 0
+        for item in read_jobs(path):
+            if isinstance(item, InvalidJob):
+                invalid += 1
+                print(f"failed {item.key} row={item.row} error={item.error}", file=sys.stderr)
+                continue
+            chunk.append(item)
+            if len(chunk) >= 500:
+                keys += await self._add(journal, chunk)
+                chunk = []
+        keys += await self._add(journal, chunk)
+        print(f"{len(keys)} shipments in the journal ({invalid} invalid rows)", flush=True)
+        return keys
+
+    @staticmethod
+    async def _add(journal: Any, jobs: list[Any]) -> list[str]:
+        keys = []
+        for job, record in zip(jobs, await journal.add(jobs), strict=True):
+            if record.job != job:
+                print(f"failed {job.key}: key already used by a different job", file=sys.stderr)
+            else:
+                keys.append(job.key)
+        return keys
+
+    async def _work(self, worker: Any, total: int) -> int:
+        from shipping_async.bulk.results import ResultStatus, ResultWriter
+        from shipping_async.cli._bulk_progress import make_display
+
+        args = self.args
+        display = make_display(
+            args.progress, worker.progress, limit=self.limit, window_real=self.window_real
+        )
+        writer = ResultWriter(args.out) if args.out and total == 0 else None
+        runner = asyncio.current_task()
+        assert runner is not None
+        self._handle_signals(worker, display, runner)
+        display.start(total)
+        ticker = asyncio.get_running_loop().create_task(_tick(display))
+        bad = 0
+        try:
+            async for result in worker.run():
+                bad += result.status is not ResultStatus.DONE
+                if writer is not None:
+                    writer.write(result)
+                display.result(result)
+        finally:
+            ticker.cancel()
+            display.stop()
+            if writer is not None:
+                writer.close()
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                asyncio.get_running_loop().remove_signal_handler(signum)
+        return bad
+
+    async def _report_batch(self, journal: Any, keys: list[str]) -> int:
+        """After a bulk run: the input's results from the journal (others may have shipped
+        some of them); the number not done."""
+        from shipping_async.bulk.results import ResultStatus, ResultWriter, ShipmentResult
+
+        wanted = set(keys)
+        writer = ResultWriter(self.args.out) if self.args.out else None
+        bad = 0
+        try:
+            async for record in journal.records():
+                if record.key in wanted:
+                    result = ShipmentResult.from_record(record)
+                    bad += result.status is not ResultStatus.DONE
+                    if writer is not None:
+                        writer.write(result)
+        finally:
+            if writer is not None:
+                writer.close()
+        return bad
+
+    async def _summary(self, journal: Any, stopped: bool, bad: int) -> int:
+        from shipping_async.cli.status import print_status
+
+        await print_status(journal, sys.stdout)
+        if stopped:
+            print("stopped; run a worker again to continue", flush=True)
+            return 130
+        unknown = (await journal.counts())[JobState.UNKNOWN]
+        return 1 if bad or unknown else 0
+
+    def _handle_signals(self, worker: Any, display: Any, runner: asyncio.Task[Any]) -> None:
+        loop = asyncio.get_running_loop()
+
+        def interrupt() -> None:
+            self.interrupts += 1
+            if self.interrupts == 1:
+                worker.stop()
+                display.message(
+                    "stopping: no new orders; finishing the ones sent. Ctrl-C again aborts."
+                )
+            else:
+                runner.cancel()
+
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, interrupt)
+
+
+async def _tick(display: Any) -> None:
+    while True:
+        display.tick()
+        await asyncio.sleep(0.25)  # screen refresh, not a protocol duration
+
+
+def _safe(url: str) -> str:
+    """A URL without its password, for messages."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.password:
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+        return parts._replace(netloc=netloc).geturl()
+    return url
