@@ -7,6 +7,8 @@ bearer token of the API.
 
 from __future__ import annotations
 
+from functools import cache
+from importlib import resources
 from typing import Any
 
 import msgspec
@@ -180,6 +182,16 @@ async def _document(request: web.Request) -> web.Response:
     return web.Response(body=document.content, content_type=document.content_type)
 
 
+@cache
+def _openapi_document() -> bytes:
+    return resources.files(__package__).joinpath("openapi.json").read_bytes()
+
+
+async def _openapi(_: web.Request) -> web.Response:
+    # The API as the spec documents it (package data), for schemathesis and API viewers.
+    return web.Response(body=_openapi_document(), content_type="application/json")
+
+
 @web.middleware
 async def control_errors(request: web.Request, handler: Any) -> web.StreamResponse:
     """Answer a :class:`SandboxControlError` with the common error body."""
@@ -202,4 +214,5 @@ def routes() -> list[web.RouteDef]:
         web.get(f"{p}/deliveries", _deliveries),
         web.post(f"{p}/reset", _reset),
         web.get(p + "/documents/{id}/{name}", _document),
+        web.get(f"{p}/openapi.json", _openapi),
     ]
