@@ -8,9 +8,10 @@ microseconds of Redis time (exact in a Lua double until the year 2255).
 Keys (one account, one hash tag, so Redis Cluster keeps them on one slot):
 
 - ``KEYS[1]`` permits, a sorted set: member = permit id, score = the latest moment that
-  permit's request may reach the server. A held permit scores ``acquired + lease``; a
-  released one ``released`` (``sent=True``) or is removed (``sent=False``). A permit is
-  counted until ``score + window + margin`` - the in-process limiter's rule, shared.
+  permit's request may reach the server. A held permit scores ``acquired + lease``
+  (``+ reserve lease`` while it waits unused in a process's reserve); a released one
+  ``released`` (``sent=True``) or is removed (``sent=False``). A permit is counted until
+  ``score + window + margin`` - the in-process limiter's rule, shared.
 - ``KEYS[2]`` state, a hash: ``limit``/``window`` learned from 429s (only ever stricter),
   ``paused_until`` after a 429, and ``epoch``/``born``, which name this copy of the data.
 
@@ -24,7 +25,7 @@ Every script returns ``{result, wait_us, limit, window_us, margin_us, epoch}``.
 
 from __future__ import annotations
 
-__all__ = ["ACQUIRE", "PAUSE", "RELEASE"]
+__all__ = ["ACQUIRE", "PAUSE", "RELEASE", "TAKE"]
 
 _PRELUDE = """
 local permits, state = KEYS[1], KEYS[2]
@@ -62,21 +63,25 @@ local function reply(result, wait)
 end
 """
 
-#: ``ARGV[8]`` lease (us), ``ARGV[9..]`` ids for the permits wanted, in queue order.
-#: Grants as many as are free (none while paused); returns the number granted and, if
-#: some were not, how long until the next permit frees.
+#: ``ARGV[8]`` lease (us), ``ARGV[9]`` how many of the ids are for waiters, ``ARGV[10]``
+#: the short lease (us) of the others, fetched ahead into a reserve (see ``TAKE``);
+#: ``ARGV[11..]`` ids for the permits wanted, waiters first. Grants as many as are free
+#: (none while paused); returns the number granted and, if some were not, how long until
+#: the next permit frees.
 ACQUIRE = (
     _PRELUDE
     + """
-local lease = tonumber(ARGV[8])
-local wanted = #ARGV - 8
+local lease, direct, reserve_lease = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+local wanted = #ARGV - 10
 if now < paused_until then return reply(0, paused_until - now) end
 local count = redis.call('ZCARD', permits)
 local granted = 0
 while granted < wanted and count < limit do
   granted = granted + 1
   count = count + 1
-  redis.call('ZADD', permits, now + lease, ARGV[8 + granted])
+  local hold_for = lease
+  if granted > direct then hold_for = reserve_lease end
+  redis.call('ZADD', permits, now + hold_for, ARGV[10 + granted])
 end
 local wait = 0
 if granted < wanted then
@@ -86,6 +91,24 @@ if granted < wanted then
 end
 redis.call('PEXPIRE', permits, math.floor((lease + hold) / 1000) + 1000)
 return reply(granted, wait)
+"""
+)
+
+#: ``ARGV[8]`` lease (us), ``ARGV[9]`` id of a permit from the reserve, about to be used:
+#: it now counts for a full lease. Returns 0 if it had expired (it no longer counts: the
+#: caller must acquire anew). A worker that dies with permits in reserve thus blocks
+#: them only for the short reserve lease, not for a request's.
+TAKE = (
+    _PRELUDE
+    + """
+if not redis.call('ZSCORE', permits, ARGV[9]) then return reply(0, 0) end
+if now < paused_until then
+  -- A 429 paused everyone after this permit was fetched: it must not be used now.
+  redis.call('ZREM', permits, ARGV[9])
+  return reply(0, paused_until - now)
+end
+redis.call('ZADD', permits, 'XX', now + tonumber(ARGV[8]), ARGV[9])
+return reply(1, 0)
 """
 )
 

@@ -57,6 +57,7 @@ class PermitStore:
         self._scripts = {
             "acquire": redis.register_script(_lua.ACQUIRE),
             "release": redis.register_script(_lua.RELEASE),
+            "take": redis.register_script(_lua.TAKE),
             "pause": redis.register_script(_lua.PAUSE),
         }
 
@@ -65,11 +66,25 @@ class PermitStore:
         """Seconds added to every hold and pause, on top of the window."""
         return self.window * DEFAULT_MARGIN_SHARE if self._margin is None else self._margin
 
-    async def acquire(self, ids: Sequence[str], *, lease: float) -> tuple[list[str], float]:
+    async def acquire(
+        self, ids: Sequence[str], *, direct: int, lease: float, reserve_lease: float
+    ) -> tuple[list[str], float]:
         """Take a permit for each id that fits; returns those ids and, if some did not
-        fit, the seconds until the next permit frees (0 otherwise)."""
-        granted, wait = await self._run("acquire", self._us(lease), *ids)
+        fit, the seconds until the next permit frees (0 otherwise).
+
+        The first ``direct`` ids are for requests about to be sent: they count for
+        ``lease``. The others are fetched ahead and count for ``reserve_lease`` until
+        :meth:`take` makes them count for a full lease.
+        """
+        granted, wait = await self._run(
+            "acquire", self._us(lease), direct, self._us(reserve_lease), *ids
+        )
         return list(ids[:granted]), wait
+
+    async def take(self, permit_id: str, *, lease: float) -> bool:
+        """A permit fetched ahead is about to be used; ``False`` if it had expired."""
+        taken, _ = await self._run("take", self._us(lease), permit_id)
+        return bool(taken)
 
     async def release(self, permit_id: str, *, sent: bool) -> None:
         """Count a sent permit from now (window + margin); free an unsent one."""
@@ -81,7 +96,7 @@ class PermitStore:
 
     async def count(self, *, lease: float) -> int:
         """How many permits count now, across every process."""
-        await self._run("acquire", self._us(lease))  # wants none; drops the expired
+        await self._run("acquire", self._us(lease), 0, 0)  # wants none; drops the expired
         redis = self._scripts["acquire"].registered_client
         return int(await redis.zcard(self.keys[0]))
 

@@ -206,7 +206,7 @@ class RedisOrderLimiter:
     async def acquire(self, *, front: bool = False) -> Permit:
         """Wait for a permit, first come first served; ``front=True`` goes to the head."""
         if front or not self._waiters:
-            ready = self._reserve.take()
+            ready = await self._take_ready()
             if ready is not None:
                 return ready
         waiter: asyncio.Future[Permit] = asyncio.get_running_loop().create_future()
@@ -227,6 +227,21 @@ class RedisOrderLimiter:
                 self._waiters.remove(waiter)
             self._kick.set()  # if nobody waits any more, the pump ends now, not after a nap
             raise
+
+    async def _take_ready(self) -> Permit | None:
+        """A permit from the reserve, made to count for a full lease; ``None`` if none."""
+        while (ready := self._reserve.take()) is not None:
+            try:
+                taken = await self._store.take(ready.id, lease=self._lease)
+            except RedisError:
+                taken = False  # it frees itself soon; the pump says why Redis is away
+            except asyncio.CancelledError:
+                await asyncio.shield(self.release(ready, sent=False))
+                raise
+            if taken:
+                return ready
+            self._held.discard(ready.id)  # expired in Redis, or paused by a 429
+        return None
 
     async def release(self, permit: Permit, *, sent: bool) -> None:
         """Give a permit back: ``sent=True`` if the request may have reached the server.
@@ -340,9 +355,13 @@ class RedisOrderLimiter:
                 finally:
                     self._watching = False
                 continue
+            direct = min(wanted, self._live_waiters())
             try:
                 granted, wait = await self._store.acquire(
-                    [uuid4().hex for _ in range(wanted)], lease=self._lease
+                    [uuid4().hex for _ in range(wanted)],
+                    direct=direct,
+                    lease=self._lease,
+                    reserve_lease=2 * self._reserve.idle,
                 )
             except RedisError as exc:
                 self._fail_closed(exc)
@@ -353,9 +372,12 @@ class RedisOrderLimiter:
             self._recovered()
             now = self._clock.monotonic()
             self._free_at = now + wait
-            for permit_id in granted:
-                if not self._hand_out(Permit(id=permit_id, acquired_at=now)):
-                    # Its waiter was cancelled while Redis answered: never used.
+            for index, permit_id in enumerate(granted):
+                permit = Permit(id=permit_id, acquired_at=now)
+                kept = self._to_waiter(permit) if index < direct else self._reserve.offer(permit)
+                if kept:
+                    self._held.add(permit_id)
+                else:  # its waiter was cancelled while Redis answered: never used
                     with contextlib.suppress(RedisError):  # if not, its lease frees it
                         await self._store.release(permit_id, sent=False)
             if len(granted) < wanted:
@@ -365,25 +387,22 @@ class RedisOrderLimiter:
                 nap = min(wait, hold) + random.uniform(0, _JITTER_SHARE * hold)
                 await self._nap(nap)
 
-    def _wanted(self, now: float) -> int:
-        """Permits to ask Redis for now: one per live waiter and per missing reserve."""
+    def _live_waiters(self) -> int:
         while self._waiters and self._waiters[0].done():
             self._waiters.popleft()
-        waiting = sum(not waiter.done() for waiter in self._waiters)
-        return min(self._store.limit, waiting + self._reserve.missing(now))
+        return sum(not waiter.done() for waiter in self._waiters)
 
-    def _hand_out(self, permit: Permit) -> bool:
-        """Give a granted permit to the head of the queue, else to the reserve if it
-        wants one; ``False`` if nobody wants it any more."""
+    def _wanted(self, now: float) -> int:
+        """Permits to ask Redis for now: one per live waiter and per missing reserve."""
+        return min(self._store.limit, self._live_waiters() + self._reserve.missing(now))
+
+    def _to_waiter(self, permit: Permit) -> bool:
+        """Give a granted permit to the head of the queue; ``False`` if nobody waits."""
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
-                self._held.add(permit.id)
                 waiter.set_result(permit)
                 return True
-        if self._reserve.offer(permit):
-            self._held.add(permit.id)
-            return True
         return False
 
     async def _nap(self, seconds: float) -> None:

@@ -316,3 +316,31 @@ async def test_permits_fetched_ahead_and_not_taken_go_back(make_limiter: MakeLim
     await asyncio.sleep(WINDOW * 0.05 + 0.02)  # idle: 5 % of the window
     assert limiter.available() == 0
     assert await other.in_use() == 0
+
+
+async def test_permits_in_the_reserve_of_a_dead_worker_free_after_the_short_reserve_lease(
+    make_limiter: MakeLimiter,
+) -> None:
+    dead, alive = make_limiter(limit=1), make_limiter(limit=1)
+    dead.next_free_at()
+    await asyncio.sleep(0.005)
+    assert dead.available() == 1
+    assert dead._pump is not None
+    dead._pump.cancel()  # the process dies: nobody gives its reserve back
+    started = time.monotonic()
+    await alive.acquire()
+    # Counted for twice the reserve's idle time (5 % of the window), not the 5 s lease.
+    assert time.monotonic() - started <= 2 * WINDOW * 0.05 + HOLD + 0.1
+
+
+async def test_a_permit_fetched_ahead_is_not_used_during_a_pause(
+    make_limiter: MakeLimiter,
+) -> None:
+    ahead, refused = make_limiter(limit=2, window=2.0), make_limiter(limit=2, window=2.0)
+    ahead.next_free_at()
+    await asyncio.sleep(0.005)
+    assert ahead.available() == 1
+    await refused.pause(0.2)
+    started = time.monotonic()
+    await ahead.acquire()
+    assert time.monotonic() - started >= 0.2
