@@ -139,7 +139,7 @@ class ResultWriter:
     def write(self, result: ShipmentResult) -> None:
         """Append one result."""
         if self._rows is not None:
-            row = msgspec.to_builtins(result)
+            row = msgspec.to_builtins(msgspec.structs.asdict(result))
             row["waybills"] = ";".join(waybill or "" for waybill in result.waybills)
             self._rows.writerow({column: row.get(column, "") for column in CSV_COLUMNS})
         else:

@@ -23,13 +23,27 @@ import functools
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, date, datetime, time
-from decimal import Decimal
 from pathlib import Path
 from typing import Any, Self, TypeVar, Unpack
 
-import msgspec
-
+from shipping_async.bulk._sqlite_rows import (
+    CHUNK,
+    COLUMNS,
+    ENCODER,
+    NO_ERROR,
+    Write,
+    claim_row,
+    commit_batch,
+    connect,
+    expire_orders,
+    key_chunks,
+    placeholders,
+    read_page,
+    select_keys,
+    select_one,
+    store_state,
+    to_record,
+)
 from shipping_async.bulk.jobs import ShipmentJob
 from shipping_async.bulk.journal import (
     FINISHED_STATES,
@@ -47,62 +61,6 @@ __all__ = ["SQLiteJournal"]
 
 T = TypeVar("T")
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    key TEXT NOT NULL UNIQUE,
-    account TEXT NOT NULL DEFAULT '',
-    state TEXT NOT NULL,
-    job BLOB NOT NULL,
-    facts BLOB NOT NULL,
-    retryable INTEGER NOT NULL DEFAULT 0,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    lease_owner TEXT,
-    lease_until REAL,
-    order_intent_at TEXT,
-    updated_at TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, account);
-"""
-_COLUMNS = (
-    "key, account, state, job, facts, attempts, lease_owner, lease_until, order_intent_at, "
-    "updated_at"
-)
-_CHUNK = 500  # keys per IN (...) list, well under SQLite's parameter limit
-_DIED_MID_ORDER = (
-    "the worker stopped after recording the order intent and before recording the "
-    "answer: the order may exist; reconcile before sending it again"
-)
-
-
-class _Facts(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """The :class:`JobFields` of a record, stored as one JSON value."""
-
-    quote_id: int | None = None
-    estimate_id: int | None = None
-    carrier: str | None = None
-    service: str | None = None
-    cost: Decimal | None = None
-    currency: str | None = None
-    hub: bool = False
-    order_id: int | None = None
-    waybills: list[str | None] = msgspec.field(default_factory=list)
-    pickup_confirmation: str | None = None
-    pickup_date: date | None = None
-    pickup_from: time | None = None
-    pickup_to: time | None = None
-    error: str | None = None
-    error_stage: str | None = None
-    retryable: bool = False
-
-
-_FACTS = msgspec.json.Decoder(_Facts)
-_JOB = msgspec.json.Decoder(ShipmentJob)
-_ENCODER = msgspec.json.Encoder()
-_NO_ERROR: JobFields = {"error": None, "error_stage": None, "retryable": False}
-
-_Op = tuple[Callable[[sqlite3.Connection], Any], "asyncio.Future[Any]"]
-
 
 class SQLiteJournal:
     """A :class:`~shipping_async.bulk.journal.Journal` in one SQLite file.
@@ -117,7 +75,7 @@ class SQLiteJournal:
         self._db = connection
         self._executor = executor
         self._clock = clock
-        self._pending: list[_Op] = []
+        self._pending: list[Write] = []
         self._flusher: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -128,7 +86,7 @@ class SQLiteJournal:
         clock = clock or SystemClock()
         loop = asyncio.get_running_loop()
         try:
-            db = await loop.run_in_executor(executor, _connect, str(path), clock.now())
+            db = await loop.run_in_executor(executor, connect, str(path), clock.now())
         except BaseException:
             executor.shutdown(wait=False)
             raise
@@ -145,7 +103,7 @@ class SQLiteJournal:
     async def add(self, jobs: Sequence[ShipmentJob]) -> list[JobRecord]:
         now = self._stamp()
         rows = [
-            (job.key, job.account, JobState.PENDING.value, _ENCODER.encode(job), b"{}", now)
+            (job.key, job.account, JobState.PENDING.value, ENCODER.encode(job), b"{}", now)
             for job in jobs
         ]
 
@@ -155,7 +113,7 @@ class SQLiteJournal:
                 "VALUES (?, ?, ?, ?, ?, ?)",
                 rows,
             )
-            found = {record.key: record for record in _select_keys(db, [r[0] for r in rows])}
+            found = {record.key: record for record in select_keys(db, [r[0] for r in rows])}
             return [found[row[0]] for row in rows]
 
         return await self._write(insert)
@@ -173,9 +131,9 @@ class SQLiteJournal:
         now = self._clock.now()
 
         def take(db: sqlite3.Connection) -> list[JobRecord]:
-            _expire_orders(db, now)
+            expire_orders(db, now)
             states = [state.value for state in WORKABLE_STATES]
-            where = f"(state IN ({_marks(states)})"
+            where = f"(state IN ({placeholders(states)})"
             params: list[Any] = [*states]
             if retry_failed:
                 where += " OR (state = ? AND retryable = 1)"
@@ -186,20 +144,20 @@ class SQLiteJournal:
                 where += " AND account = ?"
                 params.append(account)
             claimed: list[JobRecord] = []
-            chunks: list[Sequence[str] | None] = [None] if keys is None else [*_chunks(keys)]
+            chunks: list[Sequence[str] | None] = [None] if keys is None else [*key_chunks(keys)]
             for chunk in chunks:
                 room = limit - len(claimed)
                 if room <= 0:
                     break
                 sql, args = where, list(params)
                 if chunk is not None:
-                    sql += f" AND key IN ({_marks(chunk)})"
+                    sql += f" AND key IN ({placeholders(chunk)})"
                     args.extend(chunk)
                 rows = db.execute(
-                    f"SELECT {_COLUMNS} FROM jobs WHERE {sql} ORDER BY seq LIMIT ?",
+                    f"SELECT {COLUMNS} FROM jobs WHERE {sql} ORDER BY seq LIMIT ?",
                     [*args, room],
                 ).fetchall()
-                claimed.extend(_claim_row(db, _record(row), worker_id, now, lease) for row in rows)
+                claimed.extend(claim_row(db, to_record(row), worker_id, now, lease) for row in rows)
             return claimed
 
         return await self._write(take)
@@ -209,10 +167,10 @@ class SQLiteJournal:
 
         def extend(db: sqlite3.Connection) -> set[str]:
             held: set[str] = set()
-            for chunk in _chunks(keys):
+            for chunk in key_chunks(keys):
                 cursor = db.execute(
                     f"UPDATE jobs SET lease_until = ? WHERE lease_owner = ? AND lease_until > ? "
-                    f"AND key IN ({_marks(chunk)}) RETURNING key",
+                    f"AND key IN ({placeholders(chunk)}) RETURNING key",
                     [now.timestamp() + lease, worker_id, now.timestamp(), *chunk],
                 )
                 held.update(row[0] for row in cursor.fetchall())
@@ -248,10 +206,10 @@ class SQLiteJournal:
 
     async def release(self, worker_id: str, keys: Sequence[str]) -> None:
         def drop(db: sqlite3.Connection) -> None:
-            for chunk in _chunks(keys):
+            for chunk in key_chunks(keys):
                 db.execute(
                     "UPDATE jobs SET lease_owner = NULL, lease_until = NULL "
-                    f"WHERE lease_owner = ? AND key IN ({_marks(chunk)})",
+                    f"WHERE lease_owner = ? AND key IN ({placeholders(chunk)})",
                     [worker_id, *chunk],
                 )
 
@@ -261,20 +219,20 @@ class SQLiteJournal:
         now = self._stamp()
 
         def settle(db: sqlite3.Connection) -> JobRecord:
-            record = _select_one(db, key)
+            record = select_one(db, key)
             if record.state is not JobState.UNKNOWN:
                 raise JournalStateError(
                     f"job {key!r} is {record.state.value}, not unknown: nothing to reconcile"
                 )
-            fields: JobFields = {**_NO_ERROR, "order_id": order_id}
+            fields: JobFields = {**NO_ERROR, "order_id": order_id}
             state = JobState.ORDERED if order_id is not None else JobState.PENDING
-            return _store(db, record, state, fields, now, lease=(None, None))
+            return store_state(db, record, state, fields, now, lease=(None, None))
 
         return await self._write(settle)
 
     async def get(self, key: str) -> JobRecord | None:
         def read(db: sqlite3.Connection) -> JobRecord | None:
-            rows = _select_keys(db, [key])
+            rows = select_keys(db, [key])
             return rows[0] if rows else None
 
         return await self._read(read)
@@ -285,10 +243,10 @@ class SQLiteJournal:
         wanted = [state.value for state in states] if states is not None else None
         after = 0
         while True:
-            page = await self._read(functools.partial(_page, after=after, states=wanted))
+            page = await self._read(functools.partial(read_page, after=after, states=wanted))
             for _, record in page:
                 yield record
-            if len(page) < _CHUNK:
+            if len(page) < CHUNK:
                 return
             after = page[-1][0]
 
@@ -330,7 +288,7 @@ class SQLiteJournal:
         now = self._clock.now()
 
         def change(db: sqlite3.Connection) -> JobRecord:
-            record = _select_one(db, key)
+            record = select_one(db, key)
             expiry = record.lease_until
             if record.lease_owner != worker_id or expiry is None or expiry <= now:
                 raise LeaseLostError(f"job {key!r}: worker {worker_id} does not hold its lease")
@@ -339,7 +297,7 @@ class SQLiteJournal:
                     f"job {key!r} is {record.state.value}; {state.value} needs {require.value}"
                 )
             lease = (worker_id, expiry.timestamp()) if keep_lease else (None, None)
-            return _store(db, record, state, fields, now.isoformat(), lease=lease)
+            return store_state(db, record, state, fields, now.isoformat(), lease=lease)
 
         return await self._write(change)
 
@@ -364,7 +322,7 @@ class SQLiteJournal:
         while self._pending:
             batch, self._pending = self._pending, []
             try:
-                outcomes = await loop.run_in_executor(self._executor, _commit, self._db, batch)
+                outcomes = await loop.run_in_executor(self._executor, commit_batch, self._db, batch)
             except BaseException as exc:  # the commit itself failed: nobody's write stands
                 for _, future in batch:
                     if not future.done():
@@ -377,154 +335,3 @@ class SQLiteJournal:
                     future.set_result(value)
                 else:
                     future.set_exception(value)
-
-
-def _connect(path: str, now: datetime) -> sqlite3.Connection:
-    db = sqlite3.connect(path, timeout=0.2, isolation_level=None, check_same_thread=False)
-    try:
-        db.execute("PRAGMA locking_mode = EXCLUSIVE")
-        db.execute("PRAGMA journal_mode = WAL")
-        db.execute("PRAGMA synchronous = FULL")
-        db.execute("BEGIN EXCLUSIVE")
-    except sqlite3.OperationalError as exc:
-        db.close()
-        raise JournalError(
-            f"cannot open the journal {path}: {exc} (is another run using it?)"
-        ) from exc
-    db.executescript(_SCHEMA)  # commits; the exclusive lock stays held
-    db.execute("BEGIN IMMEDIATE")
-    # One process at a time: whatever a previous process leased is abandoned.
-    _expire_orders(db, now, everyone=True)
-    db.execute("UPDATE jobs SET lease_owner = NULL, lease_until = NULL")
-    db.execute("COMMIT")
-    return db
-
-
-def _commit(db: sqlite3.Connection, batch: list[_Op]) -> list[tuple[bool, Any]]:
-    outcomes: list[tuple[bool, Any]] = []
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        for fn, _ in batch:
-            db.execute("SAVEPOINT op")
-            try:
-                outcomes.append((True, fn(db)))
-            except Exception as exc:  # one caller's refusal must not undo the others
-                db.execute("ROLLBACK TO op")
-                outcomes.append((False, exc))
-            db.execute("RELEASE op")
-        db.execute("COMMIT")
-    except BaseException:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-        raise
-    return outcomes
-
-
-def _expire_orders(db: sqlite3.Connection, now: datetime, *, everyone: bool = False) -> None:
-    """ORDERING jobs whose worker is gone (lease over) cannot know their answer: UNKNOWN."""
-    sql = f"SELECT {_COLUMNS} FROM jobs WHERE state = ?"
-    params: list[Any] = [JobState.ORDERING.value]
-    if not everyone:
-        sql += " AND (lease_until IS NULL OR lease_until <= ?)"
-        params.append(now.timestamp())
-    for row in db.execute(sql, params).fetchall():
-        fields: JobFields = {"error": _DIED_MID_ORDER, "error_stage": "order", "retryable": False}
-        _store(db, _record(row), JobState.UNKNOWN, fields, now.isoformat(), lease=(None, None))
-
-
-def _claim_row(
-    db: sqlite3.Connection, record: JobRecord, worker_id: str, now: datetime, lease: float
-) -> JobRecord:
-    db.execute(
-        "UPDATE jobs SET attempts = attempts + 1 WHERE key = ?",
-        [record.key],
-    )
-    record = msgspec.structs.replace(record, attempts=record.attempts + 1)
-    state = record.next_stage
-    fields = _NO_ERROR if record.state is JobState.FAILED else {}
-    return _store(
-        db, record, state, fields, now.isoformat(), lease=(worker_id, now.timestamp() + lease)
-    )
-
-
-def _store(
-    db: sqlite3.Connection,
-    record: JobRecord,
-    state: JobState,
-    fields: JobFields,
-    stamp: str,
-    *,
-    lease: tuple[str | None, float | None],
-) -> JobRecord:
-    facts = msgspec.structs.replace(_facts_of(record), **fields)
-    intent = stamp if state is JobState.ORDERING else None
-    cursor = db.execute(
-        "UPDATE jobs SET state = ?, facts = ?, retryable = ?, lease_owner = ?, lease_until = ?, "
-        "order_intent_at = COALESCE(?, order_intent_at), updated_at = ? WHERE key = ? "
-        f"RETURNING {_COLUMNS}",
-        [
-            state.value,
-            _ENCODER.encode(facts),
-            int(facts.retryable),
-            *lease,
-            intent,
-            stamp,
-            record.key,
-        ],
-    )
-    return _record(cursor.fetchone())
-
-
-def _facts_of(record: JobRecord) -> _Facts:
-    return _Facts(**{name: getattr(record, name) for name in _Facts.__struct_fields__})
-
-
-def _record(row: tuple[Any, ...]) -> JobRecord:
-    key, account, state, job, facts, attempts, owner, until, intent, updated = row
-    return JobRecord(
-        key=key,
-        job=_JOB.decode(job),
-        state=JobState(state),
-        account=account,
-        attempts=attempts,
-        lease_owner=owner,
-        lease_until=datetime.fromtimestamp(until, UTC) if until is not None else None,
-        order_intent_at=datetime.fromisoformat(intent) if intent else None,
-        updated_at=datetime.fromisoformat(updated),
-        **msgspec.structs.asdict(_FACTS.decode(facts)),
-    )
-
-
-def _select_keys(db: sqlite3.Connection, keys: Sequence[str]) -> list[JobRecord]:
-    records: list[JobRecord] = []
-    for chunk in _chunks(keys):
-        sql = f"SELECT {_COLUMNS} FROM jobs WHERE key IN ({_marks(chunk)}) ORDER BY seq"
-        records.extend(_record(row) for row in db.execute(sql, chunk))
-    return records
-
-
-def _select_one(db: sqlite3.Connection, key: str) -> JobRecord:
-    rows = _select_keys(db, [key])
-    if not rows:
-        raise JournalStateError(f"no job with key {key!r} in the journal")
-    return rows[0]
-
-
-def _page(
-    db: sqlite3.Connection, *, after: int, states: list[str] | None
-) -> list[tuple[int, JobRecord]]:
-    sql = f"SELECT seq, {_COLUMNS} FROM jobs WHERE seq > ?"
-    params: list[Any] = [after]
-    if states is not None:
-        sql += f" AND state IN ({_marks(states)})"
-        params.extend(states)
-    rows = db.execute(sql + " ORDER BY seq LIMIT ?", [*params, _CHUNK]).fetchall()
-    return [(row[0], _record(row[1:])) for row in rows]
-
-
-def _chunks(keys: Sequence[str]) -> list[Sequence[str]]:
-    return [keys[start : start + _CHUNK] for start in range(0, len(keys), _CHUNK)]
-
-
-def _marks(values: Sequence[Any]) -> str:
-    return ", ".join("?" * len(values))

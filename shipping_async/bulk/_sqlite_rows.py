@@ -1,0 +1,230 @@
+"""Rows of the SQLite journal: schema, connection, group commit, and row <-> record."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable, Sequence
+from datetime import UTC, date, datetime, time
+from decimal import Decimal
+from typing import Any
+
+import msgspec
+
+from shipping_async.bulk.jobs import ShipmentJob
+from shipping_async.bulk.journal import (
+    JobFields,
+    JobRecord,
+    JobState,
+    JournalError,
+    JournalStateError,
+)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    key TEXT NOT NULL UNIQUE,
+    account TEXT NOT NULL DEFAULT '',
+    state TEXT NOT NULL,
+    job BLOB NOT NULL,
+    facts BLOB NOT NULL,
+    retryable INTEGER NOT NULL DEFAULT 0,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    lease_owner TEXT,
+    lease_until REAL,
+    order_intent_at TEXT,
+    updated_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, account);
+"""
+COLUMNS = (
+    "key, account, state, job, facts, attempts, lease_owner, lease_until, order_intent_at, "
+    "updated_at"
+)
+CHUNK = 500  # keys per IN (...) list, well under SQLite's parameter limit
+_DIED_MID_ORDER = (
+    "the worker stopped after recording the order intent and before recording the "
+    "answer: the order may exist; reconcile before sending it again"
+)
+
+
+class _Facts(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """The :class:`JobFields` of a record, stored as one JSON value."""
+
+    quote_id: int | None = None
+    estimate_id: int | None = None
+    carrier: str | None = None
+    service: str | None = None
+    cost: Decimal | None = None
+    currency: str | None = None
+    hub: bool = False
+    order_id: int | None = None
+    waybills: list[str | None] = msgspec.field(default_factory=list)
+    pickup_confirmation: str | None = None
+    pickup_date: date | None = None
+    pickup_from: time | None = None
+    pickup_to: time | None = None
+    error: str | None = None
+    error_stage: str | None = None
+    retryable: bool = False
+
+
+_FACTS = msgspec.json.Decoder(_Facts)
+_JOB = msgspec.json.Decoder(ShipmentJob)
+ENCODER = msgspec.json.Encoder()
+NO_ERROR: JobFields = {"error": None, "error_stage": None, "retryable": False}
+
+Write = tuple[Callable[[sqlite3.Connection], Any], "asyncio.Future[Any]"]
+
+
+def connect(path: str, now: datetime) -> sqlite3.Connection:
+    db = sqlite3.connect(path, timeout=0.2, isolation_level=None, check_same_thread=False)
+    try:
+        db.execute("PRAGMA locking_mode = EXCLUSIVE")
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA synchronous = FULL")
+        db.execute("BEGIN EXCLUSIVE")
+    except sqlite3.OperationalError as exc:
+        db.close()
+        raise JournalError(
+            f"cannot open the journal {path}: {exc} (is another run using it?)"
+        ) from exc
+    db.executescript(_SCHEMA)  # commits; the exclusive lock stays held
+    db.execute("BEGIN IMMEDIATE")
+    # One process at a time: whatever a previous process leased is abandoned.
+    expire_orders(db, now, everyone=True)
+    db.execute("UPDATE jobs SET lease_owner = NULL, lease_until = NULL")
+    db.execute("COMMIT")
+    return db
+
+
+def commit_batch(db: sqlite3.Connection, batch: list[Write]) -> list[tuple[bool, Any]]:
+    outcomes: list[tuple[bool, Any]] = []
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        for fn, _ in batch:
+            db.execute("SAVEPOINT op")
+            try:
+                outcomes.append((True, fn(db)))
+            except Exception as exc:  # one caller's refusal must not undo the others
+                db.execute("ROLLBACK TO op")
+                outcomes.append((False, exc))
+            db.execute("RELEASE op")
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+    return outcomes
+
+
+def expire_orders(db: sqlite3.Connection, now: datetime, *, everyone: bool = False) -> None:
+    """ORDERING jobs whose worker is gone (lease over) cannot know their answer: UNKNOWN."""
+    sql = f"SELECT {COLUMNS} FROM jobs WHERE state = ?"
+    params: list[Any] = [JobState.ORDERING.value]
+    if not everyone:
+        sql += " AND (lease_until IS NULL OR lease_until <= ?)"
+        params.append(now.timestamp())
+    for row in db.execute(sql, params).fetchall():
+        fields: JobFields = {"error": _DIED_MID_ORDER, "error_stage": "order", "retryable": False}
+        store_state(
+            db, to_record(row), JobState.UNKNOWN, fields, now.isoformat(), lease=(None, None)
+        )
+
+
+def claim_row(
+    db: sqlite3.Connection, record: JobRecord, worker_id: str, now: datetime, lease: float
+) -> JobRecord:
+    db.execute(
+        "UPDATE jobs SET attempts = attempts + 1 WHERE key = ?",
+        [record.key],
+    )
+    record = msgspec.structs.replace(record, attempts=record.attempts + 1)
+    state = record.next_stage
+    fields = NO_ERROR if record.state is JobState.FAILED else {}
+    return store_state(
+        db, record, state, fields, now.isoformat(), lease=(worker_id, now.timestamp() + lease)
+    )
+
+
+def store_state(
+    db: sqlite3.Connection,
+    record: JobRecord,
+    state: JobState,
+    fields: JobFields,
+    stamp: str,
+    *,
+    lease: tuple[str | None, float | None],
+) -> JobRecord:
+    facts = msgspec.structs.replace(_facts_of(record), **fields)
+    intent = stamp if state is JobState.ORDERING else None
+    cursor = db.execute(
+        "UPDATE jobs SET state = ?, facts = ?, retryable = ?, lease_owner = ?, lease_until = ?, "
+        "order_intent_at = COALESCE(?, order_intent_at), updated_at = ? WHERE key = ? "
+        f"RETURNING {COLUMNS}",
+        [
+            state.value,
+            ENCODER.encode(facts),
+            int(facts.retryable),
+            *lease,
+            intent,
+            stamp,
+            record.key,
+        ],
+    )
+    return to_record(cursor.fetchone())
+
+
+def _facts_of(record: JobRecord) -> _Facts:
+    return _Facts(**{name: getattr(record, name) for name in _Facts.__struct_fields__})
+
+
+def to_record(row: tuple[Any, ...]) -> JobRecord:
+    key, account, state, job, facts, attempts, owner, until, intent, updated = row
+    return JobRecord(
+        key=key,
+        job=_JOB.decode(job),
+        state=JobState(state),
+        account=account,
+        attempts=attempts,
+        lease_owner=owner,
+        lease_until=datetime.fromtimestamp(until, UTC) if until is not None else None,
+        order_intent_at=datetime.fromisoformat(intent) if intent else None,
+        updated_at=datetime.fromisoformat(updated),
+        **msgspec.structs.asdict(_FACTS.decode(facts)),
+    )
+
+
+def select_keys(db: sqlite3.Connection, keys: Sequence[str]) -> list[JobRecord]:
+    records: list[JobRecord] = []
+    for chunk in key_chunks(keys):
+        sql = f"SELECT {COLUMNS} FROM jobs WHERE key IN ({placeholders(chunk)}) ORDER BY seq"
+        records.extend(to_record(row) for row in db.execute(sql, chunk))
+    return records
+
+
+def select_one(db: sqlite3.Connection, key: str) -> JobRecord:
+    rows = select_keys(db, [key])
+    if not rows:
+        raise JournalStateError(f"no job with key {key!r} in the journal")
+    return rows[0]
+
+
+def read_page(
+    db: sqlite3.Connection, *, after: int, states: list[str] | None
+) -> list[tuple[int, JobRecord]]:
+    sql = f"SELECT seq, {COLUMNS} FROM jobs WHERE seq > ?"
+    params: list[Any] = [after]
+    if states is not None:
+        sql += f" AND state IN ({placeholders(states)})"
+        params.extend(states)
+    rows = db.execute(sql + " ORDER BY seq LIMIT ?", [*params, CHUNK]).fetchall()
+    return [(row[0], to_record(row[1:])) for row in rows]
+
+
+def key_chunks(keys: Sequence[str]) -> list[Sequence[str]]:
+    return [keys[start : start + CHUNK] for start in range(0, len(keys), CHUNK)]
+
+
+def placeholders(values: Sequence[Any]) -> str:
+    return ", ".join("?" * len(values))
