@@ -311,7 +311,10 @@ async def send_with_retries(
         front = True
         if step.pause_limiter and limiter is not None and isinstance(error, RateLimitError):
             rate_limited += 1
-            seconds = step.wait if step.wait is not None else (error.window or limiter.window)
+            # The server states its window and Retry-After in real seconds.
+            real_window = clock.from_real(error.window) if error.window is not None else None
+            seconds = clock.from_real(step.wait) if step.wait is not None else None
+            seconds = seconds if seconds is not None else (real_window or limiter.window)
             _log.warning(
                 "429 on %s %s (%s); pausing order creation for %.3g s, then re-sending "
                 "(rate-limit retry %d of %d)",
@@ -322,10 +325,10 @@ async def send_with_retries(
                 rate_limited,
                 policy.max_rate_limit_retries,
             )
-            await limiter.pause(seconds, limit=error.limit, window=error.window)
+            await limiter.pause(seconds, limit=error.limit, window=real_window)
             continue
         retries += 1
-        delay = step.wait if step.wait is not None else next(delays)
+        delay = clock.from_real(step.wait) if step.wait is not None else next(delays)
         _log.info(
             "retrying %s %s in %.3g s after %s (retry %d of %d)",
             operation.method,

@@ -37,6 +37,14 @@ class Clock(Protocol):
         """Suspend the calling task for ``seconds`` of this clock's time."""
         ...
 
+    def from_real(self, seconds: float) -> float:
+        """How much of this clock's time passes in ``seconds`` of real time.
+
+        Durations a server states (a 429 window, ``Retry-After``) are real seconds; a
+        scaled clock must stretch them before sleeping on them.
+        """
+        ...
+
 
 class SystemClock:
     """Real time: ``time.monotonic``, ``datetime.now(UTC)`` and ``asyncio.sleep``."""
@@ -51,6 +59,9 @@ class SystemClock:
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(max(0.0, seconds))
+
+    def from_real(self, seconds: float) -> float:
+        return seconds
 
     def __repr__(self) -> str:
         return "SystemClock()"
@@ -87,6 +98,9 @@ class ScaledClock:
     def to_real(self, seconds: float) -> float:
         """How many real seconds ``seconds`` of protocol time last."""
         return seconds / self._speed
+
+    def from_real(self, seconds: float) -> float:
+        return seconds * self._speed
 
     def __repr__(self) -> str:
         return f"ScaledClock(speed={self._speed:g})"
@@ -131,6 +145,10 @@ class ManualClock:
         if self._auto_advance:
             self._ensure_watcher()
         await future
+
+    def from_real(self, seconds: float) -> float:
+        # Virtual time has no relation to real time; a stated duration is taken as is.
+        return seconds
 
     def advance(self, seconds: float) -> None:
         """Move time forward and wake every sleeper whose deadline has come."""

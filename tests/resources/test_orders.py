@@ -15,7 +15,7 @@ from aioresponses import aioresponses
 
 from shipping_async._client import AsyncShippingClient
 from shipping_async._multipart import flatten
-from shipping_async.clock import ManualClock
+from shipping_async.clock import ManualClock, ScaledClock
 from shipping_async.errors import (
     APIConnectionError,
     BadRequestError,
@@ -572,6 +572,20 @@ async def test_a_429_retry_after_header_sets_the_pause(
     await client.orders.create(order_request())
 
     assert ("pause", 7.0, 20, 60.0) in limiter_of(client).calls
+
+
+async def test_a_429_window_in_real_seconds_is_stretched_for_a_scaled_clock(
+    mock: aioresponses,
+) -> None:
+    # A sandbox at speed 100 says "in 0.6 seconds": that is 60 s of the client's clock.
+    limiter = FakeLimiter(window=60.0)
+    mock.post(ORDERS, status=429, payload=too_many("20 of 20 in 0.6 seconds"))
+    mock.post(ORDERS, status=201, payload={"order": order()})
+
+    async with make_client(order_limiter=limiter, clock=ScaledClock(speed=100)) as client:
+        await client.orders.create(order_request())
+
+    assert ("pause", 60.0, 20, 60.0) in limiter.calls
 
 
 async def test_repeated_429s_end_in_a_rate_limit_error_that_says_what_to_do(
