@@ -1,6 +1,21 @@
 """asyncio SDK for the cross-border shipping API: client, limiter, sandbox, bulk pipeline."""
 
-from shipping_async._version import __version__
+from shipping_async._client import (
+    AsyncShippingClient,
+)
+from shipping_async._version import (
+    __version__,
+)
+from shipping_async.bulk import (
+    BulkShipper,
+    JobState,
+    Journal,
+    OrderDetails,
+    ShipmentJob,
+    ShipmentResult,
+    SQLiteJournal,
+    read_jobs,
+)
 from shipping_async.clock import (
     Clock,
     ManualClock,
@@ -33,6 +48,7 @@ from shipping_async.errors import (
 from shipping_async.limiter import (
     OrderLimiter,
     Permit,
+    RollingWindowLimiter,
 )
 from shipping_async.models import (
     Address,
@@ -65,6 +81,23 @@ from shipping_async.models import (
     WeightBreakdown,
     choose_pickup_window,
 )
+from shipping_async.sandbox import (
+    SandboxServer,
+    create_app,
+)
+from shipping_async.webhooks import (
+    LegMatch,
+    WebhookError,
+    WebhookPayloadError,
+    WebhookReceiver,
+    WebhookTokenError,
+    WebhookTooLargeError,
+    add_webhook_route,
+    create_webhook_app,
+    ensure_webhook,
+    find_moved_leg,
+    parse_event,
+)
 
 __all__ = [
     "APIConnectionError",
@@ -73,9 +106,11 @@ __all__ = [
     "APIStatusError",
     "APITimeoutError",
     "Address",
+    "AsyncShippingClient",
     "AuthenticationError",
     "BadRequestError",
     "BillableWeight",
+    "BulkShipper",
     "ClearanceDetail",
     "Clock",
     "Country",
@@ -83,6 +118,9 @@ __all__ = [
     "EventType",
     "HSCode",
     "InternalServerError",
+    "JobState",
+    "Journal",
+    "LegMatch",
     "LineItem",
     "ManualClock",
     "NoHubForRouteError",
@@ -91,6 +129,7 @@ __all__ = [
     "Order",
     "OrderAddress",
     "OrderAlreadyLiveError",
+    "OrderDetails",
     "OrderDocument",
     "OrderLimiter",
     "OrderOutcomeUnknownError",
@@ -107,21 +146,38 @@ __all__ = [
     "RateLimitError",
     "RateLimitInfo",
     "RequestValidationError",
+    "RollingWindowLimiter",
+    "SQLiteJournal",
+    "SandboxServer",
     "ScaledClock",
     "SchedulePickupRequest",
     "ScheduledPickup",
     "Shipment",
+    "ShipmentJob",
+    "ShipmentResult",
     "ShippingError",
     "SystemClock",
     "TaxesAndDutiesConfig",
     "UnprocessableEntityError",
     "Webhook",
+    "WebhookError",
     "WebhookEvent",
+    "WebhookPayloadError",
+    "WebhookReceiver",
     "WebhookRequest",
     "WebhookStatus",
+    "WebhookTokenError",
+    "WebhookTooLargeError",
     "WeightBreakdown",
     "__version__",
+    "add_webhook_route",
     "choose_pickup_window",
+    "create_app",
+    "create_webhook_app",
+    "ensure_webhook",
     "error_for_status",
+    "find_moved_leg",
+    "parse_event",
     "parse_rate_limit",
+    "read_jobs",
 ]
