@@ -21,6 +21,7 @@ from typing import Any
 
 import msgspec
 from aiohttp import BodyPartReader, web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from shipping_async.sandbox._schemas import OrderRequest
 from shipping_async.sandbox._wire import InvalidInput
@@ -88,6 +89,15 @@ async def _read_file(part: BodyPartReader, name: str) -> bytes:
 
 async def read_order_form(request: web.Request) -> tuple[OrderRequest, list[Upload]]:
     """Decode a multipart POST /orders into the strict request and its uploads."""
+    try:
+        return await _read_order_form(request)
+    except (ValueError, LookupError, HttpProcessingError) as exc:
+        # aiohttp's refusals: no boundary, a body that is not multipart, a part cut short,
+        # an invalid part header, text not in its charset or an unknown charset: a 400.
+        raise InvalidInput(f"multipart: {exc}") from None
+
+
+async def _read_order_form(request: web.Request) -> tuple[OrderRequest, list[Upload]]:
     tree: dict[str, Any] = {}
     uploads: dict[str, Upload] = {}
     reader = await request.multipart()
