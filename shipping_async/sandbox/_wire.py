@@ -104,7 +104,10 @@ def error_list_response(status: int, texts: list[str]) -> web.Response:
 def invalid_input(detail: str) -> web.Response:
     """The 400 of spec 7: only ``success`` and ``error``; ``detail`` goes in a header."""
     response = json_response({"success": False, "error": INVALID_INPUT}, 400)
-    response.headers[DETAIL_HEADER] = " ".join(detail.split())
+    # The detail may quote the input: escape control characters (aiohttp drops the
+    # connection rather than send them in a header) and non-ASCII ones (read as Latin-1).
+    text = " ".join(detail.split()).encode("unicode_escape").decode("ascii")
+    response.headers[DETAIL_HEADER] = text
     return response
 
 
