@@ -64,10 +64,11 @@ end
 """
 
 #: ``ARGV[8]`` lease (us), ``ARGV[9]`` how many of the ids are for waiters, ``ARGV[10]``
-#: the short lease (us) of the others, fetched ahead into a reserve (see ``TAKE``);
-#: ``ARGV[11..]`` ids for the permits wanted, waiters first. Grants as many as are free
-#: (none while paused); returns the number granted and, if some were not, how long until
-#: the next permit frees.
+#: the short lease (us) of the others, fetched ahead into a reserve (their ids start with
+#: ``r:``; see ``TAKE``); ``ARGV[11..]`` ids for the permits wanted, waiters first.
+#: Grants as many as are free (none while paused); returns the number granted and, if
+#: some were not, how long until the next permit frees - or, while permits sit in a
+#: reserve (a given-back one frees at once, unannounced), a short lease.
 ACQUIRE = (
     _PRELUDE
     + """
@@ -86,28 +87,36 @@ end
 local wait = 0
 if granted < wanted then
   -- The permit whose expiry brings the count below the limit (scores ascend).
-  local at = redis.call('ZRANGE', permits, count - limit, count - limit, 'WITHSCORES')
-  wait = tonumber(at[2]) + hold - now
+  local all = redis.call('ZRANGE', permits, 0, -1, 'WITHSCORES')
+  wait = tonumber(all[2 * (count - limit) + 2]) + hold - now
+  for i = 1, #all, 2 do
+    if string.sub(all[i], 1, 2) == 'r:' then
+      -- Fetched ahead by a process that may give it back at any moment: look again
+      -- after a short lease rather than when its count would run out.
+      wait = math.min(wait, reserve_lease)
+      break
+    end
+  end
 end
 redis.call('PEXPIRE', permits, math.floor((lease + hold) / 1000) + 1000)
 return reply(granted, wait)
 """
 )
 
-#: ``ARGV[8]`` lease (us), ``ARGV[9]`` id of a permit from the reserve, about to be used:
-#: it now counts for a full lease. Returns 0 if it had expired (it no longer counts: the
-#: caller must acquire anew). A worker that dies with permits in reserve thus blocks
-#: them only for the short reserve lease, not for a request's.
+#: ``ARGV[8]`` lease (us), ``ARGV[9]`` id (``r:ID``) of a permit from the reserve, about to
+#: be used: it becomes ``ID`` and counts for a full lease. Returns 0 if it had expired (it
+#: no longer counts: the caller must acquire anew). A worker that dies with permits in
+#: reserve thus blocks them only for the short reserve lease, not for a request's.
 TAKE = (
     _PRELUDE
     + """
 if not redis.call('ZSCORE', permits, ARGV[9]) then return reply(0, 0) end
+redis.call('ZREM', permits, ARGV[9])
 if now < paused_until then
   -- A 429 paused everyone after this permit was fetched: it must not be used now.
-  redis.call('ZREM', permits, ARGV[9])
   return reply(0, paused_until - now)
 end
-redis.call('ZADD', permits, 'XX', now + tonumber(ARGV[8]), ARGV[9])
+redis.call('ZADD', permits, now + tonumber(ARGV[8]), string.sub(ARGV[9], 3))
 return reply(1, 0)
 """
 )

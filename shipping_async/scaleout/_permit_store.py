@@ -9,7 +9,6 @@ every worker shares and the epoch of the Redis data it has seen.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from typing import Any
 from uuid import uuid4
 
@@ -67,24 +66,26 @@ class PermitStore:
         return self.window * DEFAULT_MARGIN_SHARE if self._margin is None else self._margin
 
     async def acquire(
-        self, ids: Sequence[str], *, direct: int, lease: float, reserve_lease: float
+        self, wanted: int, *, direct: int, lease: float, reserve_lease: float
     ) -> tuple[list[str], float]:
-        """Take a permit for each id that fits; returns those ids and, if some did not
-        fit, the seconds until the next permit frees (0 otherwise).
+        """Take up to ``wanted`` permits; returns their ids and, if fewer were free, the
+        seconds until it is worth asking again (0 otherwise).
 
-        The first ``direct`` ids are for requests about to be sent: they count for
-        ``lease``. The others are fetched ahead and count for ``reserve_lease`` until
-        :meth:`take` makes them count for a full lease.
+        The first ``direct`` are for requests about to be sent: they count for ``lease``.
+        The others are fetched ahead (ids ``r:...``) and count for ``reserve_lease``
+        until :meth:`take` makes them count for a full lease.
         """
+        ids = [("" if index < direct else "r:") + uuid4().hex for index in range(wanted)]
         granted, wait = await self._run(
             "acquire", self._us(lease), direct, self._us(reserve_lease), *ids
         )
-        return list(ids[:granted]), wait
+        return ids[:granted], wait
 
-    async def take(self, permit_id: str, *, lease: float) -> bool:
-        """A permit fetched ahead is about to be used; ``False`` if it had expired."""
-        taken, _ = await self._run("take", self._us(lease), permit_id)
-        return bool(taken)
+    async def take(self, reserved_id: str, *, lease: float) -> str | None:
+        """A permit fetched ahead is about to be used: its id from now on, or ``None``
+        if it had expired (or a 429 paused everyone since)."""
+        taken, _ = await self._run("take", self._us(lease), reserved_id)
+        return reserved_id.removeprefix("r:") if taken else None
 
     async def release(self, permit_id: str, *, sent: bool) -> None:
         """Count a sent permit from now (window + margin); free an unsent one."""

@@ -10,13 +10,15 @@ it with every ready permit spoken for. Each such ask doubles the target (1, 2, 4
 to the limit, like TCP's slow start), so a fresh window's permits are fetched in a few
 round trips, not one per order. Nothing is fetched once nobody has asked for ``idle``
 seconds, and a permit nobody took within ``idle`` goes back to Redis (the target shrinks
-with it), so a worker running out of jobs does not sit on permits other workers need.
+with it), so a worker running out of jobs does not sit on permits other workers need -
+except the oldest ``promised()`` ones, which a gate has already let jobs through for.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 
 from shipping_async.limiter import Permit
 
@@ -26,11 +28,13 @@ __all__ = ["Reserve"]
 class Reserve:
     """The permits of one process that :meth:`take` hands out at once."""
 
-    __slots__ = ("_asked_at", "_permits", "idle", "target")
+    __slots__ = ("_asked_at", "_permits", "idle", "promised", "target")
 
     def __init__(self, idle: float) -> None:
         self.idle = idle
         self.target = 0
+        #: How many ready permits are spoken for (jobs let through, about to take one).
+        self.promised: Callable[[], int] = lambda: 0
         self._asked_at = -math.inf
         self._permits: deque[Permit] = deque()
 
@@ -66,17 +70,23 @@ class Reserve:
         return self._permits.popleft() if self._permits else None
 
     def expire(self, now: float) -> list[Permit]:
-        """Remove and return the permits nobody took within ``idle``; shrink the target."""
+        """Remove and return the unpromised permits nobody took within ``idle``; shrink
+        the target to what is left."""
+        kept = max(0, self.promised())  # the oldest: take() hands them out first
         expired = []
-        while self._permits and self._permits[0].acquired_at + self.idle <= now:
-            expired.append(self._permits.popleft())
+        while len(self._permits) > kept and self._permits[kept].acquired_at + self.idle <= now:
+            expired.append(self._permits[kept])
+            del self._permits[kept]
         if expired:
             self.target = len(self._permits)
         return expired
 
     def next_expiry(self) -> float | None:
-        """When the oldest ready permit expires, if there is one."""
-        return self._permits[0].acquired_at + self.idle if self._permits else None
+        """When the oldest unpromised ready permit expires, if there is one."""
+        kept = max(0, self.promised())
+        if len(self._permits) <= kept:
+            return None
+        return self._permits[kept].acquired_at + self.idle
 
     def clear(self) -> list[Permit]:
         """Remove and return every ready permit; fetch none until asked again."""

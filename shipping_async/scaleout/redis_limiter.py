@@ -30,8 +30,9 @@ import logging
 import math
 import random
 from collections import deque
+from collections.abc import Callable
 from types import TracebackType
-from uuid import uuid4
+from typing import Protocol
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
@@ -44,7 +45,7 @@ from shipping_async.limiter import Permit
 from shipping_async.scaleout._permit_store import PermitStore
 from shipping_async.scaleout._reserve import Reserve
 
-__all__ = ["LimiterUnavailableError", "RedisOrderLimiter"]
+__all__ = ["LimiterUnavailableError", "OrderGateLike", "RedisOrderLimiter"]
 
 _log = logging.getLogger(__name__)
 
@@ -54,6 +55,15 @@ _JITTER_SHARE = 0.005
 _RESERVE_IDLE_SHARE = 0.05
 # Reconnect attempts while Redis is away, real seconds.
 _RETRY_FIRST, _RETRY_MAX = 0.05, 1.0
+
+
+class OrderGateLike(Protocol):
+    """What :meth:`RedisOrderLimiter.attach_gate` uses of the bulk pipeline's order gate."""
+
+    @property
+    def reserved(self) -> int: ...
+
+    def poke(self) -> None: ...
 
 
 class LimiterUnavailableError(ShippingError):
@@ -93,6 +103,7 @@ class RedisOrderLimiter:
         "_kick",
         "_lease",
         "_max_outage",
+        "_on_ready",
         "_outage_since",
         "_owned_client",
         "_pump",
@@ -152,6 +163,7 @@ class RedisOrderLimiter:
         # Permits taken in Redis ahead of an acquire, for an order gate (see _reserve).
         self._reserve = Reserve(idle=float(window) * _RESERVE_IDLE_SHARE)
         self._free_at: float | None = None  # clock.monotonic() of the next free permit
+        self._on_ready: Callable[[], None] = lambda: None
         self._pump: asyncio.Task[None] | None = None
         self._watching = False  # the pump naps only to expire the reserve
         self._kick = asyncio.Event()
@@ -186,6 +198,12 @@ class RedisOrderLimiter:
         """Permits this process holds ready for :meth:`acquire` to return at once."""
         return len(self._reserve)
 
+    def attach_gate(self, gate: OrderGateLike) -> None:
+        """Serve an order gate: keep the ready permits its admitted jobs are about to
+        take (``gate.reserved``), and wake it (``gate.poke()``) when permits get ready."""
+        self._reserve.promised = lambda: gate.reserved
+        self._on_ready = gate.poke
+
     def next_free_at(self) -> float | None:
         """When (on ``clock.monotonic()``) a permit should be ready here, for an ETA.
 
@@ -201,7 +219,8 @@ class RedisOrderLimiter:
             return None  # unknown until Redis answers again
         if len(self._reserve) or self._free_at is None:
             return now
-        return max(now, self._free_at)
+        # Not later than the reserve's idle time: another process may give permits back.
+        return min(max(now, self._free_at), now + self._reserve.idle)
 
     async def acquire(self, *, front: bool = False) -> Permit:
         """Wait for a permit, first come first served; ``front=True`` goes to the head."""
@@ -231,16 +250,18 @@ class RedisOrderLimiter:
     async def _take_ready(self) -> Permit | None:
         """A permit from the reserve, made to count for a full lease; ``None`` if none."""
         while (ready := self._reserve.take()) is not None:
+            self._held.discard(ready.id)
             try:
                 taken = await self._store.take(ready.id, lease=self._lease)
             except RedisError:
-                taken = False  # it frees itself soon; the pump says why Redis is away
+                taken = None  # it frees itself soon; the pump says why Redis is away
             except asyncio.CancelledError:
+                self._held.add(ready.id)
                 await asyncio.shield(self.release(ready, sent=False))
                 raise
-            if taken:
-                return ready
-            self._held.discard(ready.id)  # expired in Redis, or paused by a 429
+            if taken is not None:  # else expired in Redis, or paused by a 429
+                self._held.add(taken)
+                return Permit(id=taken, acquired_at=self._clock.monotonic())
         return None
 
     async def release(self, permit: Permit, *, sent: bool) -> None:
@@ -358,10 +379,11 @@ class RedisOrderLimiter:
             direct = min(wanted, self._live_waiters())
             try:
                 granted, wait = await self._store.acquire(
-                    [uuid4().hex for _ in range(wanted)],
+                    wanted,
                     direct=direct,
                     lease=self._lease,
-                    reserve_lease=2 * self._reserve.idle,
+                    # Unpromised ones come back within idle: others look again then.
+                    reserve_lease=1.5 * self._reserve.idle,
                 )
             except RedisError as exc:
                 self._fail_closed(exc)
@@ -372,6 +394,8 @@ class RedisOrderLimiter:
             self._recovered()
             now = self._clock.monotonic()
             self._free_at = now + wait
+            if len(granted) > direct:
+                self._on_ready()  # a gate waiting for ready permits looks again
             for index, permit_id in enumerate(granted):
                 permit = Permit(id=permit_id, acquired_at=now)
                 kept = self._to_waiter(permit) if index < direct else self._reserve.offer(permit)

@@ -158,12 +158,17 @@ class _Lane:
         self.places = asyncio.Semaphore(worker.concurrency)
         self.freed = asyncio.Event()
         self.active: set[str] = set()
+        limiter = self.client.order_limiter
+        gate = OrderGate(limiter, self.clock, worker.stop_event)
+        attach_gate = getattr(limiter, "attach_gate", None)
+        if attach_gate is not None:  # a shared limiter fetching permits ahead for the gate
+            attach_gate(gate)
         self.pipeline = JobPipeline(
             self.client,
             worker.journal,
             worker_id=worker.worker_id,
             choose=worker.choose,
-            gate=OrderGate(self.client.order_limiter, self.clock, worker.stop_event),
+            gate=gate,
             quote_ahead=self.client.order_limiter.limit,
             estimate_validity=worker.estimate_validity,
             observe=lambda record: worker.progress.observe(record, self.clock.monotonic()),

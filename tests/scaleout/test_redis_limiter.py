@@ -329,8 +329,8 @@ async def test_permits_in_the_reserve_of_a_dead_worker_free_after_the_short_rese
     dead._pump.cancel()  # the process dies: nobody gives its reserve back
     started = time.monotonic()
     await alive.acquire()
-    # Counted for twice the reserve's idle time (5 % of the window), not the 5 s lease.
-    assert time.monotonic() - started <= 2 * WINDOW * 0.05 + HOLD + 0.1
+    # Counted for 1.5 times the reserve's idle time (5 % of the window), not the 5 s lease.
+    assert time.monotonic() - started <= 1.5 * WINDOW * 0.05 + HOLD + 0.1
 
 
 async def test_a_permit_fetched_ahead_is_not_used_during_a_pause(
