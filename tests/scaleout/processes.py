@@ -1,0 +1,196 @@
+"""Real processes for the scale-out tests: a sandbox and workers, as an operator starts them."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from bisect import bisect_right
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from shipping_async.cli import _COMMAND_MODULES
+
+SPEED = 60.0  # the API's 60 s window lasts 1 real second
+WINDOW = 60.0  # seconds of the sandbox clock
+LIMIT = 20
+
+# The scale-out commands run through ``python -m shipping_async`` once registered; until
+# then through the same register()/handler the CLI calls.
+_RUNNER = (
+    "import argparse, sys\n"
+    "from shipping_async.cli import journal, status, worker\n"
+    "parser = argparse.ArgumentParser(prog='shipping-async')\n"
+    "commands = parser.add_subparsers(dest='command', required=True)\n"
+    "for module in (worker, status, journal):\n"
+    "    module.register(commands)\n"
+    "args = parser.parse_args()\n"
+    "sys.exit(args.handler(args))\n"
+)
+
+
+def cli(*args: str) -> list[str]:
+    """The argv that runs ``shipping-async ARGS``."""
+    if args[0] in _COMMAND_MODULES:
+        return [sys.executable, "-m", "shipping_async", *args]
+    return [sys.executable, "-c", _RUNNER, *args]
+
+
+@dataclass
+class Sandbox:
+    """A ``shipping-async sandbox`` process."""
+
+    process: subprocess.Popen[str]
+    base_url: str
+    token: str
+
+    @property
+    def root(self) -> str:
+        return self.base_url.removesuffix("/client_api/v2")
+
+    async def wait_for_orders(self, count: int, within: float = 20.0) -> None:
+        """Until the sandbox has created ``count`` orders (the batch is under way)."""
+        async with asyncio.timeout(within):
+            while True:
+                if len(created(await self.orders())) >= count:
+                    return
+                await asyncio.sleep(0.02)
+
+    async def orders(self) -> list[dict[str, Any]]:
+        """The request log's POST /orders records, in arrival order."""
+        headers = {"Authorization": f"Bearer {self.token}"}
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(
+                f"{self.root}/_sandbox/requests",
+                params={"method": "POST", "path": "/orders"},
+                headers=headers,
+            ) as response,
+        ):
+            body = await response.json()
+        records: list[dict[str, Any]] = body["requests"]
+        return records
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def start_sandbox(token: str) -> Sandbox:
+    process = subprocess.Popen(
+        cli("sandbox", "--port", "0", "--token", token, "--speed", str(SPEED)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if not line.startswith("Sandbox listening on "):
+        process.kill()
+        raise RuntimeError(f"the sandbox did not start: {line!r}")
+    return Sandbox(process, line.split()[-1], token)
+
+
+@dataclass
+class Workers:
+    """``shipping-async worker`` processes, their output in files."""
+
+    journal: str
+    limiter: str
+    env: dict[str, str]
+    folder: Path
+    extra: tuple[str, ...] = ()
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def start(self, count: int = 1) -> None:
+        for _ in range(count):
+            index = len(self.processes)
+            argv = cli(
+                "worker",
+                "--journal",
+                self.journal,
+                "--limiter",
+                self.limiter,
+                "--sandbox-speed",
+                str(SPEED),
+                "--lease",
+                "60",
+                "--timeout",
+                "2",
+                "--progress",
+                "plain",
+                # By age, not GET /quotes: one round trip less between permit and order.
+                "--estimate-validity",
+                "600",
+                *self.extra,
+            )
+            with (
+                (self.folder / f"worker{index}.out").open("wb") as out,
+                (self.folder / f"worker{index}.err").open("wb") as err,
+            ):
+                self.processes.append(
+                    subprocess.Popen(argv, stdout=out, stderr=err, env={**os.environ, **self.env})
+                )
+
+    def kill(self, index: int) -> None:
+        self.processes[index].send_signal(signal.SIGKILL)
+        self.processes[index].wait()
+
+    async def wait(self, within: float) -> list[int]:
+        """Every worker's exit code; fails the test if one runs longer than ``within``."""
+        waits = [asyncio.to_thread(process.wait) for process in self.processes]
+        try:
+            async with asyncio.timeout(within):
+                return await asyncio.gather(*waits)
+        except TimeoutError:
+            self.stop()  # which also ends the waiting threads
+            raise AssertionError(
+                f"workers still running after {within} s:\n{self.logs()}"
+            ) from None
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {path.name}\n{path.read_text(errors='replace')[-3000:]}"
+            for path in sorted(self.folder.glob("worker*"))
+        )
+
+    def stop(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+def created(orders: list[dict[str, Any]]) -> Counter[str]:
+    """Orders created per customer_reference."""
+    return Counter(record["customer_reference"] for record in orders if record["order_id"])
+
+
+def busiest_window(orders: list[dict[str, Any]], window: float = WINDOW) -> int:
+    """The most order creations the sandbox saw within any ``window`` (its clock)."""
+    times = sorted(record["monotonic"] for record in orders if record["order_id"])
+    return max(
+        (bisect_right(times, start + window - 1e-9) - index for index, start in enumerate(times)),
+        default=0,
+    )
+
+
+def order_span(orders: list[dict[str, Any]]) -> float:
+    """Seconds of the sandbox clock from the first order created to the last."""
+    times = [record["monotonic"] for record in orders if record["order_id"]]
+    return max(times) - min(times)
+
+
+def bound(jobs: int, limit: int = LIMIT, window: float = WINDOW) -> float:
+    """The least time ``jobs`` orders can span at ``limit`` per sliding ``window``."""
+    return (-(-jobs // limit) - 1) * window

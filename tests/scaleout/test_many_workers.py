@@ -1,0 +1,189 @@
+"""Many worker processes, one sandbox process, the machine's Redis and PostgreSQL.
+
+The sandbox runs 100 times faster than real time (0.6 s windows); every worker runs
+``shipping-async worker`` against one journal schema and one Redis prefix of the test's
+own. What the sandbox's request log shows is what the API would have seen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from shipping_async.bulk.journal import JobState
+from shipping_async.clock import ScaledClock
+from shipping_async.scaleout.postgres_journal import PostgresJournal
+
+from .conftest import POSTGRES_DSN, REDIS_URL, PrivateRedis
+from .processes import (
+    LIMIT,
+    SPEED,
+    Sandbox,
+    Workers,
+    bound,
+    busiest_window,
+    created,
+    order_span,
+    start_sandbox,
+)
+from .support import make_job
+
+
+@pytest.fixture
+def sandbox() -> Iterator[Sandbox]:
+    server = start_sandbox("tok-north")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def journal(pg_schema: str) -> AsyncIterator[PostgresJournal]:
+    journal = await PostgresJournal.open(POSTGRES_DSN, schema=pg_schema, clock=ScaledClock(SPEED))
+    yield journal
+    await journal.close()
+
+
+def journal_url(schema: str) -> str:
+    return f"{POSTGRES_DSN}?schema={schema}"
+
+
+async def enqueue(journal: PostgresJournal, account: str, count: int) -> list[str]:
+    keys = [f"{account}-{index:03d}" for index in range(count)]
+    await journal.add([make_job(key, account) for key in keys])
+    return keys
+
+
+async def test_three_workers_share_one_budget_without_a_429_near_the_bound(
+    sandbox: Sandbox,
+    journal: PostgresJournal,
+    pg_schema: str,
+    prefix: str,
+    tmp_path: Path,
+    redis_client: object,
+) -> None:
+    keys = await enqueue(journal, "north", 120)
+    workers = Workers(
+        journal_url(pg_schema),
+        f"{REDIS_URL}?prefix={prefix}",
+        {"SHIPPING_ACCESS_TOKEN__NORTH": sandbox.token, "SHIPPING_BASE_URL": sandbox.base_url},
+        tmp_path,
+    )
+    workers.start(3)
+    assert await workers.wait(within=25) == [0, 0, 0], workers.logs()
+    orders = await sandbox.orders()
+    assert [record["status"] for record in orders].count(429) == 0
+    assert busiest_window(orders) <= LIMIT
+    assert created(orders) == dict.fromkeys(keys, 1)
+    span = order_span(orders)
+    assert bound(120) <= span <= 1.15 * bound(120), f"{span:.1f} s for a bound of {bound(120)}"
+    assert (await journal.counts())[JobState.DONE] == 120
+
+
+async def test_a_killed_workers_jobs_are_finished_by_the_others_each_ordered_once(
+    sandbox: Sandbox,
+    journal: PostgresJournal,
+    pg_schema: str,
+    prefix: str,
+    tmp_path: Path,
+    redis_client: object,
+) -> None:
+    keys = await enqueue(journal, "north", 80)
+    workers = Workers(
+        journal_url(pg_schema),
+        f"{REDIS_URL}?prefix={prefix}",
+        {"SHIPPING_ACCESS_TOKEN__NORTH": sandbox.token, "SHIPPING_BASE_URL": sandbox.base_url},
+        tmp_path,
+        extra=("--concurrency", "20"),
+    )
+    workers.start(3)
+    await sandbox.wait_for_orders(25)  # mid-batch
+    workers.kill(0)
+    codes = await workers.wait(within=25)
+    # The killed worker's jobs were claimed again (attempts > 1) and finished, except
+    # those it had on the wire: their outcome is unknown, listed, never re-sent, and
+    # the workers exit with 1 to say so.
+    records = [record async for record in journal.records()]
+    assert any(record.attempts > 1 for record in records)
+    orders = await sandbox.orders()
+    unknown = await journal.needs_reconciliation()
+    assert codes[1:] == ([1, 1] if unknown else [0, 0]), workers.logs()
+    for record in unknown:  # the operator looks them up (here: in the sandbox's log)
+        found = [o["order_id"] for o in orders if o["customer_reference"] == record.key]
+        await journal.reconcile(record.key, order_id=next((i for i in found if i), None))
+    if unknown:
+        workers.start(1)
+        assert (await workers.wait(within=15))[-1] == 0, workers.logs()
+    assert (await journal.counts())[JobState.DONE] == 80
+    orders = await sandbox.orders()
+    assert created(orders) == dict.fromkeys(keys, 1)
+    assert [record["status"] for record in orders].count(429) == 0
+
+
+async def test_two_accounts_each_get_their_own_budget(
+    journal: PostgresJournal, pg_schema: str, prefix: str, tmp_path: Path, redis_client: object
+) -> None:
+    north, south = start_sandbox("tok-north"), start_sandbox("tok-south")
+    try:
+        await enqueue(journal, "north", 80)
+        await enqueue(journal, "south", 80)
+        workers = Workers(
+            journal_url(pg_schema),
+            f"{REDIS_URL}?prefix={prefix}",
+            {
+                "SHIPPING_ACCESS_TOKEN__NORTH": north.token,
+                "SHIPPING_BASE_URL__NORTH": north.base_url,
+                "SHIPPING_ACCESS_TOKEN__SOUTH": south.token,
+                "SHIPPING_BASE_URL__SOUTH": south.base_url,
+            },
+            tmp_path,
+        )
+        workers.start(2)
+        assert await workers.wait(within=25) == [0, 0], workers.logs()
+        for sandbox in (north, south):
+            orders = await sandbox.orders()
+            assert [record["status"] for record in orders].count(429) == 0
+            assert busiest_window(orders) <= LIMIT
+            assert len(created(orders)) == 80
+            # Each account ships at its own full rate: 80 orders in about three windows.
+            # Sharing one budget, the two would need seven.
+            assert order_span(orders) <= 1.2 * bound(80)
+    finally:
+        north.stop()
+        south.stop()
+
+
+async def test_workers_hold_orders_while_redis_is_down_and_go_on_when_it_returns(
+    sandbox: Sandbox,
+    journal: PostgresJournal,
+    pg_schema: str,
+    prefix: str,
+    tmp_path: Path,
+    private_redis: PrivateRedis,
+) -> None:
+    await private_redis.wait_ready()
+    keys = await enqueue(journal, "north", 60)
+    workers = Workers(
+        journal_url(pg_schema),
+        f"{private_redis.url}?prefix={prefix}",
+        {"SHIPPING_ACCESS_TOKEN__NORTH": sandbox.token, "SHIPPING_BASE_URL": sandbox.base_url},
+        tmp_path,
+    )
+    workers.start(2)
+    await sandbox.wait_for_orders(10)
+    private_redis.stop()
+    await asyncio.sleep(0.2)  # requests already holding a permit finish
+    during = len(await sandbox.orders())
+    await asyncio.sleep(1.0)  # well over a window: nothing may be sent unguarded
+    assert len(await sandbox.orders()) == during
+    assert "Redis unreachable" in workers.logs()
+    private_redis.start()
+    restarted = time.monotonic()
+    assert await workers.wait(within=25) == [0, 0], workers.logs()
+    orders = await sandbox.orders()
+    assert created(orders) == dict.fromkeys(keys, 1)
+    assert [record["status"] for record in orders].count(429) == 0
+    assert time.monotonic() - restarted < 20
