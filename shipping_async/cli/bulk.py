@@ -28,6 +28,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from shipping_async.cli._shared_run import add_scaleout_options, run_shared
+from shipping_async.scaleout.factory import close_limiter, is_shared_journal, open_limiter
+
 __all__ = ["register", "run"]
 
 DEFAULT_SANDBOX_SPEED = 60.0  # the API's 60 s window lasts 1 s: 60 shipments in ~3 s
@@ -48,7 +51,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--out", help="write one result per shipment (.jsonl or .csv)")
     parser.add_argument(
         "--journal",
-        help="journal file (default INPUT.journal; a fresh temporary one with --sandbox)",
+        help="journal file (default INPUT.journal; a fresh temporary one with --sandbox), "
+        "or postgresql://host/db[?schema=NAME] to enqueue for many workers and work too",
     )
     parser.add_argument(
         "--resume", action="store_true", help="continue the batch the journal holds"
@@ -92,6 +96,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--progress", choices=("auto", "bar", "plain"), default="auto", help="display mode"
     )
+    add_scaleout_options(parser)
     parser.set_defaults(handler=run)
 
 
@@ -108,6 +113,18 @@ def run(args: argparse.Namespace) -> int:
     if not Path(args.input).is_file():
         print(f"error: {args.input}: no such file", file=sys.stderr)
         return 2
+    if is_shared_journal(args.journal):
+        if args.sandbox or args.reconcile or args.resend_unknown:
+            print(
+                "error: a postgresql:// journal needs an external API (--base-url); settle "
+                "unknown orders with shipping-async journal reconcile",
+                file=sys.stderr,
+            )
+            return 2
+        speed = _speed(args)
+        return run_shared(
+            args, choose=choose, limit=limit, window_real=window, speed=speed, enqueue=args.input
+        )
     try:
         return asyncio.run(_Command(args, choose, limit, window).main())
     except (KeyboardInterrupt, asyncio.CancelledError):  # the second Ctrl-C
@@ -151,7 +168,6 @@ class _Command:
         from shipping_async.bulk.journal import JournalError
         from shipping_async.bulk.sqlite_journal import SQLiteJournal
         from shipping_async.clock import Clock, ScaledClock, SystemClock
-        from shipping_async.limiter import RollingWindowLimiter
 
         args = self.args
         async with contextlib.AsyncExitStack() as stack:
@@ -177,9 +193,17 @@ class _Command:
             if isinstance(clock, ScaledClock):
                 speed = clock.speed
             # The budget is in real seconds; the limiter runs on the client's clock.
-            limiter = RollingWindowLimiter(self.limit, self.window_real * speed, clock=clock)
+            limiter = open_limiter(
+                args.limiter,
+                account="",
+                limit=self.limit,
+                window=self.window_real * speed,
+                lease=1.5 * args.timeout * speed,
+                clock=clock,
+            )
+            stack.push_async_callback(close_limiter, limiter)
             client = AsyncShippingClient(
-                token, base_url=base_url, order_limiter=limiter, clock=clock
+                token, base_url=base_url, order_limiter=limiter, clock=clock, timeout=args.timeout
             )
             await stack.enter_async_context(client)
             path = self._journal_path(stack)

@@ -38,7 +38,7 @@ from shipping_async.bulk.journal import (
     JournalStateError,
     LeaseLostError,
 )
-from shipping_async.clock import Clock, ScaledClock
+from shipping_async.clock import Clock
 from shipping_async.scaleout._pg_schema import LATEST_VERSION, migrate, quote_ident
 
 __all__ = ["PostgresJournal"]
@@ -79,7 +79,8 @@ class PostgresJournal:
     def __init__(self, pool: asyncpg.Pool, schema: str, *, clock: Clock | None = None) -> None:
         self._pool = pool
         self.schema = schema
-        self._speed = clock.speed if isinstance(clock, ScaledClock) else 1.0
+        # Clock seconds per real second: leases run on the database's real clock.
+        self._speed = clock.from_real(1.0) if clock is not None else 1.0
         self._jobs = f"{quote_ident(schema)}.jobs"
         self._closed = False
 

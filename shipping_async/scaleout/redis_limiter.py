@@ -39,7 +39,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from shipping_async.clock import Clock, ManualClock, ScaledClock, SystemClock
+from shipping_async.clock import Clock, ManualClock, SystemClock
 from shipping_async.errors import ShippingError
 from shipping_async.limiter import Permit
 from shipping_async.scaleout._permit_store import PermitStore
@@ -137,7 +137,7 @@ class RedisOrderLimiter:
         if isinstance(clock, ManualClock):
             raise ValueError("clock: Redis keeps real time; use SystemClock or ScaledClock")
         self._clock: Clock = clock or SystemClock()
-        self._speed = clock.speed if isinstance(clock, ScaledClock) else 1.0
+        self._speed = self._clock.from_real(1.0)  # clock seconds per real (Redis) second
         self._account = account
         self._lease = float(lease)
         self._max_outage = max_outage

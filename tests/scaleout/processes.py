@@ -112,11 +112,12 @@ class Workers:
     extra: tuple[str, ...] = ()
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
-    def start(self, count: int = 1) -> None:
+    def start(self, count: int = 1, *, command: tuple[str, ...] = ("worker",)) -> None:
+        """Start ``count`` workers (or, with ``command=("bulk", INPUT)``, bulk runs)."""
         for _ in range(count):
             index = len(self.processes)
             argv = cli(
-                "worker",
+                *command,
                 "--journal",
                 self.journal,
                 "--limiter",

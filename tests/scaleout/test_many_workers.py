@@ -8,10 +8,12 @@ own. What the sandbox's request log shows is what the API would have seen.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from shipping_async.bulk.journal import JobState
@@ -187,3 +189,36 @@ async def test_workers_hold_orders_while_redis_is_down_and_go_on_when_it_returns
     assert created(orders) == dict.fromkeys(keys, 1)
     assert [record["status"] for record in orders].count(429) == 0
     assert time.monotonic() - restarted < 20
+
+
+async def test_bulk_enqueues_and_works_while_a_worker_joins(
+    sandbox: Sandbox,
+    journal: PostgresJournal,
+    pg_schema: str,
+    prefix: str,
+    tmp_path: Path,
+    redis_client: object,
+) -> None:
+    keys = [f"north-{index:03d}" for index in range(50)]
+    shipments = tmp_path / "shipments.jsonl"
+    shipments.write_bytes(
+        b"".join(msgspec.json.encode(make_job(key, "north")) + b"\n" for key in keys)
+    )
+    results = tmp_path / "results.jsonl"
+    workers = Workers(
+        journal_url(pg_schema),
+        f"{REDIS_URL}?prefix={prefix}",
+        {"SHIPPING_ACCESS_TOKEN__NORTH": sandbox.token, "SHIPPING_BASE_URL": sandbox.base_url},
+        tmp_path,
+    )
+    workers.start(command=("bulk", str(shipments), "--out", str(results)))
+    await sandbox.wait_for_orders(1)  # enqueued, and under way
+    workers.start()
+    assert await workers.wait(within=25) == [0, 0], workers.logs()
+    orders = await sandbox.orders()
+    assert created(orders) == dict.fromkeys(keys, 1)
+    assert [record["status"] for record in orders].count(429) == 0
+    assert busiest_window(orders) <= LIMIT
+    done = [json.loads(line) for line in results.read_text().splitlines()]
+    assert sorted(result["key"] for result in done) == keys  # bulk reports every input job
+    assert {result["status"] for result in done} == {"done"}
