@@ -65,15 +65,17 @@ end
 
 #: ``ARGV[8]`` lease (us), ``ARGV[9]`` how many of the ids are for waiters, ``ARGV[10]``
 #: the short lease (us) of the others, fetched ahead into a reserve (their ids start with
-#: ``r:``; see ``TAKE``); ``ARGV[11..]`` ids for the permits wanted, waiters first.
-#: Grants as many as are free (none while paused); returns the number granted and, if
-#: some were not, how long until the next permit frees - or, while permits sit in a
-#: reserve (a given-back one frees at once, unannounced), a short lease.
+#: ``r:``; see ``TAKE``), ``ARGV[11]`` how soon (us) to look again while permits sit in a
+#: reserve; ``ARGV[12..]`` ids for the permits wanted, waiters first. Grants as many as
+#: are free (none while paused); returns the number granted and, if some were not, how
+#: long until the next permit frees - or, while permits sit in a reserve (a given-back
+#: one frees at once, unannounced), ``ARGV[11]`` if that is sooner.
 ACQUIRE = (
     _PRELUDE
     + """
 local lease, direct, reserve_lease = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
-local wanted = #ARGV - 10
+local recheck = tonumber(ARGV[11])
+local wanted = #ARGV - 11
 if now < paused_until then return reply(0, paused_until - now) end
 local count = redis.call('ZCARD', permits)
 local granted = 0
@@ -82,7 +84,7 @@ while granted < wanted and count < limit do
   count = count + 1
   local hold_for = lease
   if granted > direct then hold_for = reserve_lease end
-  redis.call('ZADD', permits, now + hold_for, ARGV[10 + granted])
+  redis.call('ZADD', permits, now + hold_for, ARGV[11 + granted])
 end
 local wait = 0
 if granted < wanted then
@@ -92,8 +94,8 @@ if granted < wanted then
   for i = 1, #all, 2 do
     if string.sub(all[i], 1, 2) == 'r:' then
       -- Fetched ahead by a process that may give it back at any moment: look again
-      -- after a short lease rather than when its count would run out.
-      wait = math.min(wait, reserve_lease)
+      -- soon rather than when its count would run out.
+      wait = math.min(wait, recheck)
       break
     end
   end

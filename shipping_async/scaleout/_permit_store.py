@@ -66,18 +66,19 @@ class PermitStore:
         return self.window * DEFAULT_MARGIN_SHARE if self._margin is None else self._margin
 
     async def acquire(
-        self, wanted: int, *, direct: int, lease: float, reserve_lease: float
+        self, wanted: int, *, direct: int, lease: float, reserve_lease: float, recheck: float
     ) -> tuple[list[str], float]:
         """Take up to ``wanted`` permits; returns their ids and, if fewer were free, the
         seconds until it is worth asking again (0 otherwise).
 
         The first ``direct`` are for requests about to be sent: they count for ``lease``.
         The others are fetched ahead (ids ``r:...``) and count for ``reserve_lease``
-        until :meth:`take` makes them count for a full lease.
+        until :meth:`take` makes them count for a full lease. While any process holds
+        such permits, the wait returned is at most ``recheck``.
         """
         ids = [("" if index < direct else "r:") + uuid4().hex for index in range(wanted)]
         granted, wait = await self._run(
-            "acquire", self._us(lease), direct, self._us(reserve_lease), *ids
+            "acquire", self._us(lease), direct, self._us(reserve_lease), self._us(recheck), *ids
         )
         return ids[:granted], wait
 
@@ -97,7 +98,7 @@ class PermitStore:
 
     async def count(self, *, lease: float) -> int:
         """How many permits count now, across every process."""
-        await self._run("acquire", self._us(lease), 0, 0)  # wants none; drops the expired
+        await self._run("acquire", self._us(lease), 0, 0, 0)  # wants none; drops the expired
         redis = self._scripts["acquire"].registered_client
         return int(await redis.zcard(self.keys[0]))
 

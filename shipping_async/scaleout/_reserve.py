@@ -8,10 +8,11 @@ in Redis for this process": that is this reserve.
 How big: the gate asks :meth:`~RedisOrderLimiter.next_free_at` only while a job waits at
 it with every ready permit spoken for. Each such ask doubles the target (1, 2, 4, ... up
 to the limit, like TCP's slow start), so a fresh window's permits are fetched in a few
-round trips, not one per order. Nothing is fetched once nobody has asked for ``idle``
-seconds, and a permit nobody took within ``idle`` goes back to Redis (the target shrinks
-with it), so a worker running out of jobs does not sit on permits other workers need -
-except the oldest ``promised()`` ones, which a gate has already let jobs through for.
+round trips, not one per order. That may fetch more than the jobs waiting need, so
+what nobody took goes back to Redis - after ``quiet`` seconds without an ask (the gate
+is no longer waiting), else after ``idle`` - and the target shrinks with it: a worker
+running out of jobs does not sit on permits other workers need. The oldest
+``promised()`` permits never go back: a gate has let jobs through for them.
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ __all__ = ["Reserve"]
 class Reserve:
     """The permits of one process that :meth:`take` hands out at once."""
 
-    __slots__ = ("_asked_at", "_permits", "idle", "promised", "target")
+    __slots__ = ("_asked_at", "_permits", "idle", "promised", "quiet", "target")
 
-    def __init__(self, idle: float) -> None:
+    def __init__(self, idle: float, quiet: float) -> None:
         self.idle = idle
+        self.quiet = quiet
         self.target = 0
         #: How many ready permits are spoken for (jobs let through, about to take one).
         self.promised: Callable[[], int] = lambda: 0
@@ -53,8 +55,8 @@ class Reserve:
         return True
 
     def missing(self, now: float) -> int:
-        """How many permits to fetch now: none once nobody has asked for ``idle``."""
-        if now - self._asked_at > self.idle:
+        """How many permits to fetch now: none once nobody has asked for ``quiet``."""
+        if now - self._asked_at > self.quiet:
             return 0
         return max(0, self.target - len(self._permits))
 
@@ -70,11 +72,11 @@ class Reserve:
         return self._permits.popleft() if self._permits else None
 
     def expire(self, now: float) -> list[Permit]:
-        """Remove and return the unpromised permits nobody took within ``idle``; shrink
-        the target to what is left."""
+        """Remove and return the unpromised permits nobody wants any more; shrink the
+        target to what is left."""
         kept = max(0, self.promised())  # the oldest: take() hands them out first
         expired = []
-        while len(self._permits) > kept and self._permits[kept].acquired_at + self.idle <= now:
+        while len(self._permits) > kept and self._expiry(self._permits[kept]) <= now:
             expired.append(self._permits[kept])
             del self._permits[kept]
         if expired:
@@ -86,7 +88,12 @@ class Reserve:
         kept = max(0, self.promised())
         if len(self._permits) <= kept:
             return None
-        return self._permits[kept].acquired_at + self.idle
+        return self._expiry(self._permits[kept])
+
+    def _expiry(self, permit: Permit) -> float:
+        return min(
+            permit.acquired_at + self.idle, max(permit.acquired_at, self._asked_at) + self.quiet
+        )
 
     def clear(self) -> list[Permit]:
         """Remove and return every ready permit; fetch none until asked again."""

@@ -51,8 +51,10 @@ _log = logging.getLogger(__name__)
 
 # Sleeps get up to 0.5 % of a hold added, so that the heads of many processes spread out.
 _JITTER_SHARE = 0.005
-# A permit fetched ahead and not taken within 5 % of a window goes back (see _reserve).
+# A permit fetched ahead and not taken within 5 % of a window goes back, or within 1 %
+# once its gate stops asking for more (see _reserve).
 _RESERVE_IDLE_SHARE = 0.05
+_RESERVE_QUIET_SHARE = 0.01
 # Reconnect attempts while Redis is away, real seconds.
 _RETRY_FIRST, _RETRY_MAX = 0.05, 1.0
 
@@ -161,7 +163,9 @@ class RedisOrderLimiter:
         self._held: set[str] = set()  # granted here and not released
         self._waiters: deque[asyncio.Future[Permit]] = deque()
         # Permits taken in Redis ahead of an acquire, for an order gate (see _reserve).
-        self._reserve = Reserve(idle=float(window) * _RESERVE_IDLE_SHARE)
+        self._reserve = Reserve(
+            idle=float(window) * _RESERVE_IDLE_SHARE, quiet=float(window) * _RESERVE_QUIET_SHARE
+        )
         self._free_at: float | None = None  # clock.monotonic() of the next free permit
         self._on_ready: Callable[[], None] = lambda: None
         self._pump: asyncio.Task[None] | None = None
@@ -382,8 +386,9 @@ class RedisOrderLimiter:
                     wanted,
                     direct=direct,
                     lease=self._lease,
-                    # Unpromised ones come back within idle: others look again then.
                     reserve_lease=1.5 * self._reserve.idle,
+                    # Unasked-for ones come back after ``quiet``: others look again then.
+                    recheck=2 * self._reserve.quiet,
                 )
             except RedisError as exc:
                 self._fail_closed(exc)

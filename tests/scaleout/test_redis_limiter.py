@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 
 from shipping_async.clock import ManualClock, ScaledClock
 from shipping_async.limiter import OrderLimiter, Permit
+from shipping_async.scaleout import redis_limiter
 from shipping_async.scaleout.redis_limiter import LimiterUnavailableError, RedisOrderLimiter
 
 from .conftest import REDIS_URL, PrivateRedis, free_port
@@ -274,11 +275,17 @@ async def test_orders_wait_while_redis_is_down_and_go_on_when_it_returns(
         await limiter.release(permit, sent=True)
 
 
+# Permits fetched ahead go back after 1 % of a window without an ask, 5 % at most: the
+# reserve tests use 2 s windows (20 ms, 100 ms) so that a 5 ms round trip fits.
+RESERVE_WINDOW = 2.0
+
+
 async def test_asking_for_the_next_free_permit_fetches_one_ahead(make_limiter: MakeLimiter) -> None:
-    limiter, other = make_limiter(limit=2), make_limiter(limit=2)
+    limiter = make_limiter(limit=2, window=RESERVE_WINDOW)
+    other = make_limiter(limit=2, window=RESERVE_WINDOW)
     assert limiter.available() == 0
     assert limiter.next_free_at() is not None
-    await asyncio.sleep(0.005)  # one round trip; a permit nobody takes goes back soon
+    await asyncio.sleep(0.005)  # one round trip
     assert limiter.available() == 1
     assert await other.in_use() == 1  # a permit in reserve counts for everyone
     permit = await asyncio.wait_for(limiter.acquire(), 0.01)
@@ -288,7 +295,8 @@ async def test_asking_for_the_next_free_permit_fetches_one_ahead(make_limiter: M
 
 
 async def test_closing_gives_back_the_permits_fetched_ahead(make_limiter: MakeLimiter) -> None:
-    limiter, other = make_limiter(limit=2), make_limiter(limit=2)
+    limiter = make_limiter(limit=2, window=RESERVE_WINDOW)
+    other = make_limiter(limit=2, window=RESERVE_WINDOW)
     limiter.next_free_at()
     await asyncio.sleep(0.005)
     assert await other.in_use() == 1
@@ -299,7 +307,7 @@ async def test_closing_gives_back_the_permits_fetched_ahead(make_limiter: MakeLi
 async def test_repeated_asks_fetch_twice_as_many_each_time_up_to_the_limit(
     make_limiter: MakeLimiter,
 ) -> None:
-    limiter = make_limiter(limit=5, window=2.0)  # unused permits go back after 0.1 s
+    limiter = make_limiter(limit=5, window=RESERVE_WINDOW)
     seen = []
     for _ in range(4):
         limiter.next_free_at()  # a gate still waiting with every ready permit spoken for
@@ -308,19 +316,40 @@ async def test_repeated_asks_fetch_twice_as_many_each_time_up_to_the_limit(
     assert seen == [1, 2, 4, 5]
 
 
-async def test_permits_fetched_ahead_and_not_taken_go_back(make_limiter: MakeLimiter) -> None:
-    limiter, other = make_limiter(limit=2), make_limiter(limit=2)
+async def test_permits_fetched_ahead_go_back_once_nobody_asks(make_limiter: MakeLimiter) -> None:
+    limiter = make_limiter(limit=2, window=RESERVE_WINDOW)
+    other = make_limiter(limit=2, window=RESERVE_WINDOW)
     limiter.next_free_at()
     await asyncio.sleep(0.005)
     assert await other.in_use() == 1
-    await asyncio.sleep(WINDOW * 0.05 + 0.02)  # idle: 5 % of the window
+    await asyncio.sleep(RESERVE_WINDOW * 0.01 + 0.02)  # quiet: 1 % of the window
     assert limiter.available() == 0
     assert await other.in_use() == 0
 
 
+async def test_promised_permits_stay_in_the_reserve(make_limiter: MakeLimiter) -> None:
+    class Gate:
+        reserved = 1  # a job let through, about to acquire
+        pokes = 0
+
+        def poke(self) -> None:
+            self.pokes += 1
+
+    limiter = make_limiter(limit=2, window=RESERVE_WINDOW)
+    gate = Gate()
+    limiter.attach_gate(gate)
+    limiter.next_free_at()
+    await asyncio.sleep(RESERVE_WINDOW * 0.05 + 0.05)  # longer than any expiry
+    assert limiter.available() == 1
+    assert gate.pokes == 1  # woken when the permit was ready
+
+
 async def test_permits_in_the_reserve_of_a_dead_worker_free_after_the_short_reserve_lease(
-    make_limiter: MakeLimiter,
+    make_limiter: MakeLimiter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Short windows for a short hold, long reserve times to have time to kill the pump.
+    monkeypatch.setattr(redis_limiter, "_RESERVE_IDLE_SHARE", 0.5)
+    monkeypatch.setattr(redis_limiter, "_RESERVE_QUIET_SHARE", 0.2)
     dead, alive = make_limiter(limit=1), make_limiter(limit=1)
     dead.next_free_at()
     await asyncio.sleep(0.005)
@@ -329,14 +358,15 @@ async def test_permits_in_the_reserve_of_a_dead_worker_free_after_the_short_rese
     dead._pump.cancel()  # the process dies: nobody gives its reserve back
     started = time.monotonic()
     await alive.acquire()
-    # Counted for 1.5 times the reserve's idle time (5 % of the window), not the 5 s lease.
-    assert time.monotonic() - started <= 1.5 * WINDOW * 0.05 + HOLD + 0.1
+    # Counted for 1.5 times the reserve's idle time (0.15 s here), not the 5 s lease.
+    assert time.monotonic() - started <= 1.5 * WINDOW * 0.5 + HOLD + 0.1
 
 
 async def test_a_permit_fetched_ahead_is_not_used_during_a_pause(
     make_limiter: MakeLimiter,
 ) -> None:
-    ahead, refused = make_limiter(limit=2, window=2.0), make_limiter(limit=2, window=2.0)
+    ahead = make_limiter(limit=2, window=RESERVE_WINDOW)
+    refused = make_limiter(limit=2, window=RESERVE_WINDOW)
     ahead.next_free_at()
     await asyncio.sleep(0.005)
     assert ahead.available() == 1
