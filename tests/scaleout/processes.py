@@ -64,16 +64,16 @@ class Sandbox:
 
     async def orders(self) -> list[dict[str, Any]]:
         """The request log's POST /orders records, in arrival order."""
+        return await self.requests(method="POST", path="/orders")
+
+    async def requests(self, **query: str) -> list[dict[str, Any]]:
+        """The request log (``method=``, ``path=`` filter it), in arrival order."""
         headers = {"Authorization": f"Bearer {self.token}"}
         async with (
             aiohttp.ClientSession() as session,
-            session.get(
-                f"{self.root}/_sandbox/requests",
-                params={"method": "POST", "path": "/orders"},
-                headers=headers,
-            ) as response,
+            session.get(f"{self.root}/_sandbox/requests", params=query, headers=headers) as got,
         ):
-            body = await response.json()
+            body = await got.json()
         records: list[dict[str, Any]] = body["requests"]
         return records
 
