@@ -1,6 +1,6 @@
 """Many workers, one budget: order span against the bound and 429s, by workers and accounts.
 
-Run: .venv/bin/python benchmarks/scaleout.py [--n 120] [--speed 60]
+Run: .venv/bin/python benchmarks/scaleout.py [--n 120] [--speed 20] [--repeat 3]
 Needs Redis on 127.0.0.1:6379 and PostgreSQL on 127.0.0.1:5432 (user postgres, db test).
 
 Each row starts one ``shipping-async sandbox`` process per account (its own token and
@@ -115,7 +115,7 @@ async def _drop(schema: str, prefix: str) -> None:
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=120, help="jobs per account")
-    parser.add_argument("--speed", type=float, default=60.0, help="sandbox clock speed")
+    parser.add_argument("--speed", type=float, default=20.0, help="sandbox clock speed")
     parser.add_argument("--repeat", type=int, default=1, help="runs per row; the median shown")
     args = parser.parse_args()
     bound = 60 * (math.ceil(args.n / 20) - 1)

@@ -14,15 +14,15 @@ from uuid import uuid4
 
 import redis.asyncio as aioredis
 
+# The in-process limiter's default margin (a share of the window), so both keep one rule.
+from shipping_async.limiter import _DEFAULT_MARGIN_SHARE
 from shipping_async.scaleout import _lua
 
-__all__ = ["DEFAULT_MARGIN_SHARE", "PermitStore"]
+__all__ = ["PermitStore"]
 
 _log = logging.getLogger("shipping_async.scaleout.redis_limiter")
 
 _US = 1_000_000
-#: Same default as the in-process limiter: the margin is 2 % of the window and follows it.
-DEFAULT_MARGIN_SHARE = 0.02
 # Learned rates and the epoch outlive any batch; one idle day forgets them.
 _STATE_TTL_MS = 86_400_000
 
@@ -63,7 +63,7 @@ class PermitStore:
     @property
     def margin(self) -> float:
         """Seconds added to every hold and pause, on top of the window."""
-        return self.window * DEFAULT_MARGIN_SHARE if self._margin is None else self._margin
+        return self.window * _DEFAULT_MARGIN_SHARE if self._margin is None else self._margin
 
     async def acquire(
         self, wanted: int, *, direct: int, lease: float, reserve_lease: float, recheck: float
@@ -107,7 +107,7 @@ class PermitStore:
             self.limit,
             self._us(self.window),
             -1 if self._margin is None else self._us(self._margin),
-            repr(DEFAULT_MARGIN_SHARE),
+            repr(_DEFAULT_MARGIN_SHARE),
             self._epoch,
             uuid4().hex,
             _STATE_TTL_MS,

@@ -41,7 +41,7 @@ from redis.exceptions import RedisError
 
 from shipping_async.clock import Clock, ManualClock, SystemClock
 from shipping_async.errors import ShippingError
-from shipping_async.limiter import Permit
+from shipping_async.limiter import Permit, _check_rate  # one validation for both limiters
 from shipping_async.scaleout._permit_store import PermitStore
 from shipping_async.scaleout._reserve import Reserve
 
@@ -487,10 +487,3 @@ class RedisOrderLimiter:
             f"RedisOrderLimiter(account={self._account!r}, limit={self.limit}, "
             f"window={self.window:g}, margin={self.margin:g})"
         )
-
-
-def _check_rate(limit: int, window: float) -> None:
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise ValueError(f"limit: must be an integer >= 1, got {limit!r}")
-    if not 0 < window < math.inf:
-        raise ValueError(f"window: must be a finite number of seconds > 0, got {window!r}")
