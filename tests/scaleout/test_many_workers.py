@@ -12,6 +12,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -53,6 +54,30 @@ def journal_url(schema: str) -> str:
     return f"{POSTGRES_DSN}?schema={schema}"
 
 
+def north(sandbox: Sandbox) -> dict[str, str]:
+    """The environment that gives account ``north`` the sandbox's token."""
+    return {"SHIPPING_ACCESS_TOKEN__NORTH": sandbox.token, "SHIPPING_BASE_URL": sandbox.base_url}
+
+
+@pytest.fixture
+def crew(
+    sandbox: Sandbox, pg_schema: str, prefix: str, tmp_path: Path, redis_client: object
+) -> Iterator[Workers]:
+    """Workers of account north on this test's journal schema and Redis prefix."""
+    workers = Workers(
+        journal_url(pg_schema), f"{REDIS_URL}?prefix={prefix}", north(sandbox), tmp_path
+    )
+    yield workers
+    workers.stop()
+
+
+def assert_each_ordered_once(orders: list[dict[str, Any]], keys: list[str]) -> None:
+    """Every job ordered exactly once, never a 429, never more than the limit a window."""
+    assert created(orders) == dict.fromkeys(keys, 1)
+    assert [record["status"] for record in orders].count(429) == 0
+    assert busiest_window(orders) <= LIMIT
+
+
 async def enqueue(journal: PostgresJournal, account: str, count: int) -> list[str]:
     keys = [f"{account}-{index:03d}" for index in range(count)]
     await journal.add([make_job(key, account) for key in keys])
@@ -60,51 +85,27 @@ async def enqueue(journal: PostgresJournal, account: str, count: int) -> list[st
 
 
 async def test_three_workers_share_one_budget_without_a_429_near_the_bound(
-    sandbox: Sandbox,
-    journal: PostgresJournal,
-    pg_schema: str,
-    prefix: str,
-    tmp_path: Path,
-    redis_client: object,
+    sandbox: Sandbox, journal: PostgresJournal, crew: Workers
 ) -> None:
     keys = await enqueue(journal, "north", 120)
-    workers = Workers(
-        journal_url(pg_schema),
-        f"{REDIS_URL}?prefix={prefix}",
-        {"SHIPPING_ACCESS_TOKEN__NORTH": sandbox.token, "SHIPPING_BASE_URL": sandbox.base_url},
-        tmp_path,
-    )
-    workers.start(3)
-    assert await workers.wait(within=25) == [0, 0, 0], workers.logs()
+    crew.start(3)
+    assert await crew.wait(within=25) == [0, 0, 0], crew.logs()
     orders = await sandbox.orders()
-    assert [record["status"] for record in orders].count(429) == 0
-    assert busiest_window(orders) <= LIMIT
-    assert created(orders) == dict.fromkeys(keys, 1)
+    assert_each_ordered_once(orders, keys)
     span = order_span(orders)
     assert bound(120) <= span <= 1.15 * bound(120), f"{span:.1f} s for a bound of {bound(120)}"
     assert (await journal.counts())[JobState.DONE] == 120
 
 
 async def test_a_killed_workers_jobs_are_finished_by_the_others_each_ordered_once(
-    sandbox: Sandbox,
-    journal: PostgresJournal,
-    pg_schema: str,
-    prefix: str,
-    tmp_path: Path,
-    redis_client: object,
+    sandbox: Sandbox, journal: PostgresJournal, crew: Workers
 ) -> None:
     keys = await enqueue(journal, "north", 80)
-    workers = Workers(
-        journal_url(pg_schema),
-        f"{REDIS_URL}?prefix={prefix}",
-        {"SHIPPING_ACCESS_TOKEN__NORTH": sandbox.token, "SHIPPING_BASE_URL": sandbox.base_url},
-        tmp_path,
-        extra=("--concurrency", "20"),
-    )
-    workers.start(3)
+    crew.extra = ("--concurrency", "20")
+    crew.start(3)
     await sandbox.wait_for_orders(25)  # mid-batch
-    workers.kill(0)
-    codes = await workers.wait(within=25)
+    crew.kill(0)
+    codes = await crew.wait(within=25)
     # The killed worker's jobs were claimed again (attempts > 1) and finished, except
     # those it had on the wire: their outcome is unknown, listed, never re-sent, and
     # the workers exit with 1 to say so.
@@ -112,17 +113,15 @@ async def test_a_killed_workers_jobs_are_finished_by_the_others_each_ordered_onc
     assert any(record.attempts > 1 for record in records)
     orders = await sandbox.orders()
     unknown = await journal.needs_reconciliation()
-    assert codes[1:] == ([1, 1] if unknown else [0, 0]), workers.logs()
+    assert codes[1:] == ([1, 1] if unknown else [0, 0]), crew.logs()
     for record in unknown:  # the operator looks them up (here: in the sandbox's log)
         found = [o["order_id"] for o in orders if o["customer_reference"] == record.key]
         await journal.reconcile(record.key, order_id=next((i for i in found if i), None))
     if unknown:
-        workers.start(1)
-        assert (await workers.wait(within=15))[-1] == 0, workers.logs()
+        crew.start(1)
+        assert (await crew.wait(within=15))[-1] == 0, crew.logs()
     assert (await journal.counts())[JobState.DONE] == 80
-    orders = await sandbox.orders()
-    assert created(orders) == dict.fromkeys(keys, 1)
-    assert [record["status"] for record in orders].count(429) == 0
+    assert_each_ordered_once(await sandbox.orders(), keys)
 
 
 async def test_two_accounts_each_get_their_own_budget(
@@ -144,12 +143,13 @@ async def test_two_accounts_each_get_their_own_budget(
             tmp_path,
         )
         workers.start(2)
-        assert await workers.wait(within=25) == [0, 0], workers.logs()
-        for sandbox in (north, south):
+        try:
+            assert await workers.wait(within=25) == [0, 0], workers.logs()
+        finally:
+            workers.stop()
+        for sandbox, name in ((north, "north"), (south, "south")):
             orders = await sandbox.orders()
-            assert [record["status"] for record in orders].count(429) == 0
-            assert busiest_window(orders) <= LIMIT
-            assert len(created(orders)) == 80
+            assert_each_ordered_once(orders, [f"{name}-{index:03d}" for index in range(80)])
             # Each account ships at its own full rate: 80 orders in about three windows.
             # Sharing one budget, the two would need seven.
             assert order_span(orders) <= 1.2 * bound(80)
@@ -169,35 +169,28 @@ async def test_workers_hold_orders_while_redis_is_down_and_go_on_when_it_returns
     await private_redis.wait_ready()
     keys = await enqueue(journal, "north", 60)
     workers = Workers(
-        journal_url(pg_schema),
-        f"{private_redis.url}?prefix={prefix}",
-        {"SHIPPING_ACCESS_TOKEN__NORTH": sandbox.token, "SHIPPING_BASE_URL": sandbox.base_url},
-        tmp_path,
+        journal_url(pg_schema), f"{private_redis.url}?prefix={prefix}", north(sandbox), tmp_path
     )
     workers.start(2)
-    await sandbox.wait_for_orders(10)
-    private_redis.stop()
-    await asyncio.sleep(0.2)  # requests already holding a permit finish
-    during = len(await sandbox.orders())
-    await asyncio.sleep(1.0)  # well over a window: nothing may be sent unguarded
-    assert len(await sandbox.orders()) == during
-    assert "Redis unreachable" in workers.logs()
-    private_redis.start()
-    restarted = time.monotonic()
-    assert await workers.wait(within=25) == [0, 0], workers.logs()
-    orders = await sandbox.orders()
-    assert created(orders) == dict.fromkeys(keys, 1)
-    assert [record["status"] for record in orders].count(429) == 0
+    try:
+        await sandbox.wait_for_orders(10)
+        private_redis.stop()
+        await asyncio.sleep(0.2)  # requests already holding a permit finish
+        during = len(await sandbox.orders())
+        await asyncio.sleep(1.0)  # well over a window: nothing may be sent unguarded
+        assert len(await sandbox.orders()) == during
+        assert "Redis unreachable" in workers.logs()
+        private_redis.start()
+        restarted = time.monotonic()
+        assert await workers.wait(within=25) == [0, 0], workers.logs()
+    finally:
+        workers.stop()
+    assert_each_ordered_once(await sandbox.orders(), keys)
     assert time.monotonic() - restarted < 20
 
 
 async def test_bulk_enqueues_and_works_while_a_worker_joins(
-    sandbox: Sandbox,
-    journal: PostgresJournal,
-    pg_schema: str,
-    prefix: str,
-    tmp_path: Path,
-    redis_client: object,
+    sandbox: Sandbox, crew: Workers, tmp_path: Path
 ) -> None:
     keys = [f"north-{index:03d}" for index in range(50)]
     shipments = tmp_path / "shipments.jsonl"
@@ -205,20 +198,11 @@ async def test_bulk_enqueues_and_works_while_a_worker_joins(
         b"".join(msgspec.json.encode(make_job(key, "north")) + b"\n" for key in keys)
     )
     results = tmp_path / "results.jsonl"
-    workers = Workers(
-        journal_url(pg_schema),
-        f"{REDIS_URL}?prefix={prefix}",
-        {"SHIPPING_ACCESS_TOKEN__NORTH": sandbox.token, "SHIPPING_BASE_URL": sandbox.base_url},
-        tmp_path,
-    )
-    workers.start(command=("bulk", str(shipments), "--out", str(results)))
+    crew.start(command=("bulk", str(shipments), "--out", str(results)))
     await sandbox.wait_for_orders(1)  # enqueued, and under way
-    workers.start()
-    assert await workers.wait(within=25) == [0, 0], workers.logs()
-    orders = await sandbox.orders()
-    assert created(orders) == dict.fromkeys(keys, 1)
-    assert [record["status"] for record in orders].count(429) == 0
-    assert busiest_window(orders) <= LIMIT
+    crew.start()
+    assert await crew.wait(within=25) == [0, 0], crew.logs()
+    assert_each_ordered_once(await sandbox.orders(), keys)
     done = [json.loads(line) for line in results.read_text().splitlines()]
     assert sorted(result["key"] for result in done) == keys  # bulk reports every input job
     assert {result["status"] for result in done} == {"done"}
