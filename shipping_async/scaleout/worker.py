@@ -28,6 +28,7 @@ from shipping_async.bulk.pipeline import JobPipeline, ShippingClient, Stopped
 from shipping_async.bulk.results import ShipmentResult, Stage
 from shipping_async.bulk.shipper import RunProgress
 from shipping_async.clock import Clock, SystemClock
+from shipping_async.errors import ShippingError
 
 __all__ = ["SharedJournal", "Worker"]
 
@@ -121,15 +122,24 @@ class Worker:
     ) -> None:
         """Keep a lane per account with work; end once every lane has ended."""
         lanes: dict[str, asyncio.Task[None]] = {}
+        unusable: set[str] = set()  # no client (no token): left to other workers
         try:
             while not self.stopping:
-                accounts = await self.accounts_with_work()
+                accounts = [a for a in await self.accounts_with_work() if a not in unusable]
                 for account in accounts:
-                    if account not in lanes or lanes[account].done():
+                    if account in lanes and not lanes[account].done():
+                        continue
+                    try:
                         lane = _Lane(self, account, results)
-                        lanes[account] = tasks.create_task(lane.run())
+                    except (ShippingError, ValueError) as exc:  # no token, bad base URL
+                        _log.error(
+                            "account %r: %s; its jobs are left to other workers", account, exc
+                        )
+                        unusable.add(account)
+                        continue
+                    lanes[account] = tasks.create_task(lane.run())
                 running = [lane for lane in lanes.values() if not lane.done()]
-                if not running and not accounts:
+                if not running and not set(accounts) - unusable:
                     break
                 # Look again when a lane ends, at the next poll (accounts added by a
                 # bulk run meanwhile), or on stop.

@@ -85,3 +85,22 @@ async def test_an_account_without_a_token_is_named(sandbox: SandboxServer, prefi
     clients = clients_for(sandbox, prefix)
     with pytest.raises(AccountConfigError, match="SHIPPING_ACCESS_TOKEN__SOUTH"):
         clients.check(["north", "south"])
+
+
+async def test_an_account_without_a_token_is_left_to_others_and_the_rest_ships(
+    sandbox: SandboxServer,
+    journal: PostgresJournal,
+    prefix: str,
+    redis_client: object,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    await journal.add([make_job("n-1", "north"), make_job("s-1", "south")])
+    clients = clients_for(sandbox, prefix)  # a token for north only
+    worker = Worker(journal, clients.client, lease=LEASE, clock=ScaledClock(SPEED))
+    try:
+        finished = [result.key async for result in worker.run()]
+    finally:
+        await clients.aclose()
+    assert finished == ["n-1"]
+    assert "SHIPPING_ACCESS_TOKEN__SOUTH" in caplog.text
+    assert (await journal.get("s-1")).state is JobState.PENDING  # type: ignore[union-attr]
