@@ -32,7 +32,7 @@ import msgspec
 
 from shipping_async.clock import Clock, SystemClock
 
-__all__ = ["OrderLimiter", "Permit", "RollingWindowLimiter"]
+__all__ = ["OrderLimiter", "Permit", "RollingWindowLimiter", "check_rate"]
 
 _log = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ class RollingWindowLimiter:
         margin: float | None = None,
         clock: Clock | None = None,
     ) -> None:
-        _check_rate(limit, window)
+        check_rate(limit, window)
         if margin is not None and not 0 <= margin < math.inf:
             raise ValueError(f"margin: must be a finite number >= 0, got {margin!r}")
         self._limit = limit
@@ -217,7 +217,7 @@ class RollingWindowLimiter:
             raise ValueError(f"seconds: must be a finite number >= 0, got {seconds!r}")
         limit = self._limit if limit is None else limit
         window = self._window if window is None else float(window)
-        _check_rate(limit, window)
+        check_rate(limit, window)
         if limit < self._limit or window > self._window:
             self._limit = min(self._limit, limit)
             self._window = max(self._window, window)
@@ -294,7 +294,12 @@ class RollingWindowLimiter:
         )
 
 
-def _check_rate(limit: int, window: float) -> None:
+def check_rate(limit: int, window: float) -> None:
+    """Raise ``ValueError`` unless ``limit`` per ``window`` seconds is a usable rate.
+
+    The one validation every :class:`OrderLimiter` implementation applies to its
+    constructor arguments and to the rate a 429 teaches.
+    """
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise ValueError(f"limit: must be an integer >= 1, got {limit!r}")
     if not 0 < window < math.inf:

@@ -41,7 +41,7 @@ from redis.exceptions import RedisError
 
 from shipping_async.clock import Clock, ManualClock, SystemClock
 from shipping_async.errors import ShippingError
-from shipping_async.limiter import Permit, _check_rate  # one validation for both limiters
+from shipping_async.limiter import Permit, check_rate
 from shipping_async.scaleout._permit_store import PermitStore
 from shipping_async.scaleout._reserve import Reserve
 
@@ -129,7 +129,7 @@ class RedisOrderLimiter:
         clock: Clock | None = None,
         max_outage: float | None = None,
     ) -> None:
-        _check_rate(limit, window)
+        check_rate(limit, window)
         if not 0 < lease < math.inf:
             raise ValueError(f"lease: must be a finite number of seconds > 0, got {lease!r}")
         if margin is not None and not 0 <= margin < math.inf:
@@ -309,7 +309,7 @@ class RedisOrderLimiter:
         store = self._store
         limit = store.limit if limit is None else limit
         window = store.window if window is None else float(window)
-        _check_rate(limit, window)
+        check_rate(limit, window)
         stricter = limit < store.limit or window > store.window
         try:
             await store.pause(seconds, limit=limit, window=window)
