@@ -5,6 +5,7 @@
     ShippingError
     ├── RequestValidationError          a request failed client-side checks (names the field)
     ├── NoPickupWindowError             no offered pickup slot fits the wish (says why)
+    ├── LimiterUnavailableError         the shared order limiter is unreachable: nothing sent
     └── APIError                        something went wrong talking to the API
         ├── APIStatusError              the API answered with an error status
         │   ├── BadRequestError              400
@@ -42,6 +43,7 @@ __all__ = [
     "AuthenticationError",
     "BadRequestError",
     "InternalServerError",
+    "LimiterUnavailableError",
     "NoHubForRouteError",
     "NoPickupWindowError",
     "NotFoundError",
@@ -77,6 +79,15 @@ class NoPickupWindowError(ShippingError):
     def __init__(self, message: str, reasons: list[str] | None = None) -> None:
         self.reasons = reasons or []
         super().__init__(message)
+
+
+class LimiterUnavailableError(ShippingError):
+    """The shared order limiter could not be reached, so no order was sent.
+
+    Raised by :meth:`~shipping_async.scaleout.redis_limiter.RedisOrderLimiter.acquire`
+    only when ``max_outage`` is set and Redis stayed unreachable that long. Nothing was
+    sent; retrying later is safe.
+    """
 
 
 class APIError(ShippingError):

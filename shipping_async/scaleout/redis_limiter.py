@@ -40,7 +40,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from shipping_async.clock import Clock, ManualClock, SystemClock
-from shipping_async.errors import ShippingError
+from shipping_async.errors import LimiterUnavailableError  # re-exported: it was defined here
 from shipping_async.limiter import Permit, check_rate
 from shipping_async.scaleout._permit_store import PermitStore
 from shipping_async.scaleout._reserve import Reserve
@@ -66,14 +66,6 @@ class OrderGateLike(Protocol):
     def reserved(self) -> int: ...
 
     def poke(self) -> None: ...
-
-
-class LimiterUnavailableError(ShippingError):
-    """The shared order limiter could not be reached, so no order was sent.
-
-    Raised by :meth:`RedisOrderLimiter.acquire` only when ``max_outage`` is set and Redis
-    stayed unreachable that long. Nothing was sent; retrying later is safe.
-    """
 
 
 class RedisOrderLimiter:
