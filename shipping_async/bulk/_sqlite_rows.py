@@ -11,13 +11,18 @@ from typing import Any
 
 import msgspec
 
-from shipping_async.bulk.jobs import ShipmentJob
+from shipping_async.bulk._journal_store import (
+    DIED_MID_ORDER,
+    JOB_DECODER,
+    JOB_ENCODER,
+    NO_ERROR,
+    no_such_job,
+)
 from shipping_async.bulk.journal import (
     JobFields,
     JobRecord,
     JobState,
     JournalError,
-    JournalStateError,
 )
 
 _SCHEMA = """
@@ -42,10 +47,6 @@ COLUMNS = (
     "updated_at"
 )
 CHUNK = 500  # keys per IN (...) list, well under SQLite's parameter limit
-_DIED_MID_ORDER = (
-    "the worker stopped after recording the order intent and before recording the "
-    "answer: the order may exist; reconcile before sending it again"
-)
 
 
 class _Facts(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -70,9 +71,6 @@ class _Facts(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 _FACTS = msgspec.json.Decoder(_Facts)
-_JOB = msgspec.json.Decoder(ShipmentJob)
-ENCODER = msgspec.json.Encoder()
-NO_ERROR: JobFields = {"error": None, "error_stage": None, "retryable": False}
 
 Write = tuple[Callable[[sqlite3.Connection], Any], "asyncio.Future[Any]"]
 
@@ -126,7 +124,7 @@ def expire_orders(db: sqlite3.Connection, now: datetime, *, everyone: bool = Fal
         sql += " AND (lease_until IS NULL OR lease_until <= ?)"
         params.append(now.timestamp())
     for row in db.execute(sql, params).fetchall():
-        fields: JobFields = {"error": _DIED_MID_ORDER, "error_stage": "order", "retryable": False}
+        fields: JobFields = {"error": DIED_MID_ORDER, "error_stage": "order", "retryable": False}
         store_state(
             db, to_record(row), JobState.UNKNOWN, fields, now.isoformat(), lease=(None, None)
         )
@@ -164,7 +162,7 @@ def store_state(
         f"RETURNING {COLUMNS}",
         [
             state.value,
-            ENCODER.encode(facts),
+            JOB_ENCODER.encode(facts),
             int(facts.retryable),
             *lease,
             intent,
@@ -183,7 +181,7 @@ def to_record(row: tuple[Any, ...]) -> JobRecord:
     key, account, state, job, facts, attempts, owner, until, intent, updated = row
     return JobRecord(
         key=key,
-        job=_JOB.decode(job),
+        job=JOB_DECODER.decode(job),
         state=JobState(state),
         account=account,
         attempts=attempts,
@@ -206,7 +204,7 @@ def select_keys(db: sqlite3.Connection, keys: Sequence[str]) -> list[JobRecord]:
 def select_one(db: sqlite3.Connection, key: str) -> JobRecord:
     rows = select_keys(db, [key])
     if not rows:
-        raise JournalStateError(f"no job with key {key!r} in the journal")
+        raise no_such_job(key)
     return rows[0]
 
 

@@ -24,13 +24,20 @@ import sqlite3
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Self, TypeVar, Unpack
+from typing import Any, Self, TypeVar
 
+from shipping_async.bulk._journal_store import (
+    JOB_ENCODER,
+    NO_ERROR,
+    JournalStore,
+    lease_lost,
+    not_unknown,
+    reconciled_state,
+    wrong_state,
+)
 from shipping_async.bulk._sqlite_rows import (
     CHUNK,
     COLUMNS,
-    ENCODER,
-    NO_ERROR,
     Write,
     claim_row,
     commit_batch,
@@ -46,14 +53,11 @@ from shipping_async.bulk._sqlite_rows import (
 )
 from shipping_async.bulk.jobs import ShipmentJob
 from shipping_async.bulk.journal import (
-    FINISHED_STATES,
     WORKABLE_STATES,
     JobFields,
     JobRecord,
     JobState,
     JournalError,
-    JournalStateError,
-    LeaseLostError,
 )
 from shipping_async.clock import Clock, SystemClock
 
@@ -62,7 +66,7 @@ __all__ = ["SQLiteJournal"]
 T = TypeVar("T")
 
 
-class SQLiteJournal:
+class SQLiteJournal(JournalStore):
     """A :class:`~shipping_async.bulk.journal.Journal` in one SQLite file.
 
     Example::
@@ -92,18 +96,12 @@ class SQLiteJournal:
             raise
         return cls(db, executor, clock)
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
     # -- the Journal protocol ------------------------------------------------------------
 
     async def add(self, jobs: Sequence[ShipmentJob]) -> list[JobRecord]:
         now = self._stamp()
         rows = [
-            (job.key, job.account, JobState.PENDING.value, ENCODER.encode(job), b"{}", now)
+            (job.key, job.account, JobState.PENDING.value, JOB_ENCODER.encode(job), b"{}", now)
             for job in jobs
         ]
 
@@ -178,32 +176,6 @@ class SQLiteJournal:
 
         return await self._write(extend)
 
-    async def record(
-        self, worker_id: str, key: str, state: JobState, **fields: Unpack[JobFields]
-    ) -> JobRecord:
-        if state is JobState.ORDERING or state in FINISHED_STATES:
-            raise JournalStateError(f"{state.value}: use begin_order() or finish() for it")
-        return await self._update(worker_id, key, state, fields, keep_lease=True)
-
-    async def begin_order(
-        self, worker_id: str, key: str, *, quote_id: int, estimate_id: int
-    ) -> JobRecord:
-        return await self._update(
-            worker_id,
-            key,
-            JobState.ORDERING,
-            {"quote_id": quote_id, "estimate_id": estimate_id},
-            keep_lease=True,
-            require=JobState.QUOTED,
-        )
-
-    async def finish(
-        self, worker_id: str, key: str, state: JobState, **fields: Unpack[JobFields]
-    ) -> JobRecord:
-        if state not in FINISHED_STATES:
-            raise JournalStateError(f"{state.value} is not a terminal state")
-        return await self._update(worker_id, key, state, fields, keep_lease=False)
-
     async def release(self, worker_id: str, keys: Sequence[str]) -> None:
         def drop(db: sqlite3.Connection) -> None:
             for chunk in key_chunks(keys):
@@ -221,11 +193,9 @@ class SQLiteJournal:
         def settle(db: sqlite3.Connection) -> JobRecord:
             record = select_one(db, key)
             if record.state is not JobState.UNKNOWN:
-                raise JournalStateError(
-                    f"job {key!r} is {record.state.value}, not unknown: nothing to reconcile"
-                )
+                raise not_unknown(key, record.state)
             fields: JobFields = {**NO_ERROR, "order_id": order_id}
-            state = JobState.ORDERED if order_id is not None else JobState.PENDING
+            state = reconciled_state(order_id)
             return store_state(db, record, state, fields, now, lease=(None, None))
 
         return await self._write(settle)
@@ -249,9 +219,6 @@ class SQLiteJournal:
             if len(page) < CHUNK:
                 return
             after = page[-1][0]
-
-    async def needs_reconciliation(self) -> list[JobRecord]:
-        return [record async for record in self.records(states=[JobState.UNKNOWN])]
 
     async def counts(self) -> dict[JobState, int]:
         def count(db: sqlite3.Connection) -> dict[JobState, int]:
@@ -291,11 +258,9 @@ class SQLiteJournal:
             record = select_one(db, key)
             expiry = record.lease_until
             if record.lease_owner != worker_id or expiry is None or expiry <= now:
-                raise LeaseLostError(f"job {key!r}: worker {worker_id} does not hold its lease")
+                raise lease_lost(key, worker_id)
             if require is not None and record.state is not require:
-                raise JournalStateError(
-                    f"job {key!r} is {record.state.value}; {state.value} needs {require.value}"
-                )
+                raise wrong_state(key, record.state, state, require)
             lease = (worker_id, expiry.timestamp()) if keep_lease else (None, None)
             return store_state(db, record, state, fields, now.isoformat(), lease=lease)
 

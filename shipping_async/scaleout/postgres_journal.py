@@ -22,11 +22,22 @@ and last ``1 / speed`` as long in real time, like every other duration of the ru
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Collection, Sequence
-from typing import Any, Self, Unpack
+from typing import Any, Self
 
 import asyncpg
-import msgspec
 
+from shipping_async.bulk._journal_store import (
+    DIED_MID_ORDER,
+    JOB_DECODER,
+    JOB_ENCODER,
+    JOB_FIELDS,
+    JournalStore,
+    lease_lost,
+    no_such_job,
+    not_unknown,
+    reconciled_state,
+    wrong_state,
+)
 from shipping_async.bulk.jobs import ShipmentJob
 from shipping_async.bulk.journal import (
     FINISHED_STATES,
@@ -35,7 +46,6 @@ from shipping_async.bulk.journal import (
     JobRecord,
     JobState,
     JournalError,
-    JournalStateError,
     LeaseLostError,
 )
 from shipping_async.clock import Clock
@@ -45,25 +55,17 @@ __all__ = ["PostgresJournal"]
 
 DEFAULT_SCHEMA = "shipping_async"
 
-# JobFields, each a column of the same name.
-_FIELDS = frozenset(JobFields.__annotations__)
 _COLUMNS = (
     "key, account, state, job, quote_id, estimate_id, carrier, service, cost, currency, hub, "
     "order_id, waybills, pickup_confirmation, pickup_date, pickup_from, pickup_to, error, "
     "error_stage, retryable, attempts, lease_owner, lease_until, order_intent_at, updated_at"
 )
 _PAGE = 500
-_DIED_MID_ORDER = (
-    "the worker stopped after recording the order intent and before recording the "
-    "answer: the order may exist; reconcile before sending it again"
-)
-_JOB = msgspec.json.Decoder(ShipmentJob)
-_ENCODER = msgspec.json.Encoder()
 _WORKABLE = sorted(state.value for state in WORKABLE_STATES)
 _UNFINISHED = sorted(state.value for state in JobState if state not in FINISHED_STATES)
 
 
-class PostgresJournal:
+class PostgresJournal(JournalStore):
     """A :class:`~shipping_async.bulk.journal.Journal` in PostgreSQL, for many workers.
 
     Example::
@@ -112,12 +114,6 @@ class PostgresJournal:
                 f"shipping-async knows ({LATEST_VERSION}): upgrade shipping-async"
             )
         return cls(pool, schema, clock=clock)
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
 
     # -- the Journal protocol ------------------------------------------------------------
 
@@ -197,32 +193,6 @@ class PostgresJournal:
         )
         return {row["key"] for row in rows}
 
-    async def record(
-        self, worker_id: str, key: str, state: JobState, **fields: Unpack[JobFields]
-    ) -> JobRecord:
-        if state is JobState.ORDERING or state in FINISHED_STATES:
-            raise JournalStateError(f"{state.value}: use begin_order() or finish() for it")
-        return await self._update(worker_id, key, state, dict(fields), keep_lease=True)
-
-    async def begin_order(
-        self, worker_id: str, key: str, *, quote_id: int, estimate_id: int
-    ) -> JobRecord:
-        return await self._update(
-            worker_id,
-            key,
-            JobState.ORDERING,
-            {"quote_id": quote_id, "estimate_id": estimate_id},
-            keep_lease=True,
-            require=JobState.QUOTED,
-        )
-
-    async def finish(
-        self, worker_id: str, key: str, state: JobState, **fields: Unpack[JobFields]
-    ) -> JobRecord:
-        if state not in FINISHED_STATES:
-            raise JournalStateError(f"{state.value} is not a terminal state")
-        return await self._update(worker_id, key, state, dict(fields), keep_lease=False)
-
     async def release(self, worker_id: str, keys: Sequence[str]) -> None:
         await self._pool.execute(
             f"UPDATE {self._jobs} SET lease_owner = NULL, lease_until = NULL "
@@ -232,7 +202,7 @@ class PostgresJournal:
         )
 
     async def reconcile(self, key: str, *, order_id: int | None) -> JobRecord:
-        state = JobState.ORDERED if order_id is not None else JobState.PENDING
+        state = reconciled_state(order_id)
         row = await self._pool.fetchrow(
             f"UPDATE {self._jobs} SET state = $2, order_id = $3, error = NULL, "
             "error_stage = NULL, retryable = false, lease_owner = NULL, lease_until = NULL, "
@@ -244,10 +214,8 @@ class PostgresJournal:
         if row is None:
             current = await self.get(key)
             if current is None:
-                raise JournalStateError(f"no job with key {key!r} in the journal")
-            raise JournalStateError(
-                f"job {key!r} is {current.state.value}, not unknown: nothing to reconcile"
-            )
+                raise no_such_job(key)
+            raise not_unknown(key, current.state)
         return _record(row)
 
     async def get(self, key: str) -> JobRecord | None:
@@ -272,9 +240,6 @@ class PostgresJournal:
             if len(rows) < _PAGE:
                 return
             after = rows[-1]["seq"]
-
-    async def needs_reconciliation(self) -> list[JobRecord]:
-        return [record async for record in self.records(states=[JobState.UNKNOWN])]
 
     async def counts(self) -> dict[JobState, int]:
         totals = dict.fromkeys(JobState, 0)
@@ -326,7 +291,7 @@ class PostgresJournal:
                 FOR UPDATE SKIP LOCKED
             )
             """,
-            _DIED_MID_ORDER,
+            DIED_MID_ORDER,
         )
 
     async def _update(
@@ -334,16 +299,13 @@ class PostgresJournal:
         worker_id: str,
         key: str,
         state: JobState,
-        fields: dict[str, Any],
+        fields: JobFields,
         *,
         keep_lease: bool,
         require: JobState | None = None,
     ) -> JobRecord:
-        unknown = set(fields) - _FIELDS
-        if unknown:
-            raise TypeError(f"not job fields: {', '.join(sorted(unknown))}")
-        names = sorted(fields)
-        sets = [f"{name} = ${index}" for index, name in enumerate(names, start=5)]
+        items = sorted(fields.items())
+        sets = [f"{name} = ${index}" for index, (name, _) in enumerate(items, start=5)]
         if not keep_lease:
             sets.append("lease_owner = NULL, lease_until = NULL")
         if state is JobState.ORDERING:
@@ -359,24 +321,22 @@ class PostgresJournal:
             worker_id,
             state.value,
             None if require is None else require.value,
-            *(fields[name] for name in names),
+            *(value for _, value in items),
         )
         if row is not None:
             return _record(row)
         current = await self.get(key)
         if current is None:
-            raise JournalStateError(f"no job with key {key!r} in the journal")
+            raise no_such_job(key)
         if current.lease_owner != worker_id or current.state is JobState.UNKNOWN:
-            raise LeaseLostError(f"job {key!r}: worker {worker_id} does not hold its lease")
+            raise lease_lost(key, worker_id)
         if require is not None and current.state is not require:
-            raise JournalStateError(
-                f"job {key!r} is {current.state.value}; {state.value} needs {require.value}"
-            )
+            raise wrong_state(key, current.state, state, require)
         raise LeaseLostError(f"job {key!r}: the lease of worker {worker_id} has run out")
 
 
 def _json(job: ShipmentJob) -> str:
-    return _ENCODER.encode(job).decode()
+    return JOB_ENCODER.encode(job).decode()
 
 
 def _qualified(alias: str) -> str:
@@ -384,11 +344,12 @@ def _qualified(alias: str) -> str:
 
 
 def _record(row: Any) -> JobRecord:
-    facts = {name: row[name] for name in _FIELDS}
+    # Each of JOB_FIELDS is a column of the same name.
+    facts = {name: row[name] for name in JOB_FIELDS}
     facts["waybills"] = list(row["waybills"])
     return JobRecord(
         key=row["key"],
-        job=_JOB.decode(row["job"]),
+        job=JOB_DECODER.decode(row["job"]),
         state=JobState(row["state"]),
         account=row["account"],
         attempts=row["attempts"],

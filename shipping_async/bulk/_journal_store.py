@@ -1,0 +1,124 @@
+"""What every journal store shares: the move rules, the refusals, and the job encoding."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Collection, Mapping
+from typing import Any, Self, Unpack
+
+import msgspec
+
+from shipping_async.bulk.jobs import ShipmentJob
+from shipping_async.bulk.journal import (
+    FINISHED_STATES,
+    JobFields,
+    JobRecord,
+    JobState,
+    JournalStateError,
+    LeaseLostError,
+)
+
+#: The names of :class:`JobFields`; each store keeps each of them.
+JOB_FIELDS = frozenset(JobFields.__annotations__)
+#: What a job's error becomes when it starts again (a claimed retry, a reconciled job).
+NO_ERROR: JobFields = {"error": None, "error_stage": None, "retryable": False}
+DIED_MID_ORDER = (
+    "the worker stopped after recording the order intent and before recording the "
+    "answer: the order may exist; reconcile before sending it again"
+)
+JOB_ENCODER = msgspec.json.Encoder()
+JOB_DECODER = msgspec.json.Decoder(ShipmentJob)
+
+
+def check_fields(fields: Mapping[str, Any]) -> None:
+    """Refuse names that are not :class:`JobFields` (a typo must not vanish silently)."""
+    unknown = set(fields) - JOB_FIELDS
+    if unknown:
+        raise TypeError(f"not job fields: {', '.join(sorted(unknown))}")
+
+
+def reconciled_state(order_id: int | None) -> JobState:
+    """Where :meth:`~shipping_async.bulk.journal.Journal.reconcile` sends an UNKNOWN job."""
+    return JobState.ORDERED if order_id is not None else JobState.PENDING
+
+
+def no_such_job(key: str) -> JournalStateError:
+    return JournalStateError(f"no job with key {key!r} in the journal")
+
+
+def not_unknown(key: str, state: JobState) -> JournalStateError:
+    return JournalStateError(f"job {key!r} is {state.value}, not unknown: nothing to reconcile")
+
+
+def lease_lost(key: str, worker_id: str) -> LeaseLostError:
+    return LeaseLostError(f"job {key!r}: worker {worker_id} does not hold its lease")
+
+
+def wrong_state(
+    key: str, current: JobState, state: JobState, require: JobState
+) -> JournalStateError:
+    return JournalStateError(f"job {key!r} is {current.value}; {state.value} needs {require.value}")
+
+
+class JournalStore(ABC):
+    """The protocol methods that are the same rules in every store, on one ``_update``.
+
+    A store implements ``_update`` (one leased write, atomic with its checks) and the
+    rest of :class:`~shipping_async.bulk.journal.Journal`.
+    """
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def record(
+        self, worker_id: str, key: str, state: JobState, **fields: Unpack[JobFields]
+    ) -> JobRecord:
+        if state is JobState.ORDERING or state in FINISHED_STATES:
+            raise JournalStateError(f"{state.value}: use begin_order() or finish() for it")
+        check_fields(fields)
+        return await self._update(worker_id, key, state, fields, keep_lease=True)
+
+    async def begin_order(
+        self, worker_id: str, key: str, *, quote_id: int, estimate_id: int
+    ) -> JobRecord:
+        fields: JobFields = {"quote_id": quote_id, "estimate_id": estimate_id}
+        return await self._update(
+            worker_id, key, JobState.ORDERING, fields, keep_lease=True, require=JobState.QUOTED
+        )
+
+    async def finish(
+        self, worker_id: str, key: str, state: JobState, **fields: Unpack[JobFields]
+    ) -> JobRecord:
+        if state not in FINISHED_STATES:
+            raise JournalStateError(f"{state.value} is not a terminal state")
+        check_fields(fields)
+        return await self._update(worker_id, key, state, fields, keep_lease=False)
+
+    async def needs_reconciliation(self) -> list[JobRecord]:
+        return [record async for record in self.records(states=[JobState.UNKNOWN])]
+
+    @abstractmethod
+    def records(self, *, states: Collection[JobState] | None = None) -> AsyncIterator[JobRecord]:
+        """Every record (in ``states`` if given), in the order jobs were added."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Release the store."""
+
+    @abstractmethod
+    async def _update(
+        self,
+        worker_id: str,
+        key: str,
+        state: JobState,
+        fields: JobFields,
+        *,
+        keep_lease: bool,
+        require: JobState | None = None,
+    ) -> JobRecord:
+        """Move ``key`` to ``state`` with ``fields`` if ``worker_id`` holds its lease (and
+        it is in ``require``); the lease is kept or dropped. Refusals: :func:`lease_lost`,
+        :func:`wrong_state`, :func:`no_such_job`."""
