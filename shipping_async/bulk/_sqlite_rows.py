@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Callable, Sequence
-from datetime import UTC, date, datetime, time
-from decimal import Decimal
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -15,6 +14,7 @@ from shipping_async.bulk._journal_store import (
     DIED_MID_ORDER,
     JOB_DECODER,
     JOB_ENCODER,
+    JOB_FIELDS,
     NO_ERROR,
     no_such_job,
 )
@@ -49,28 +49,8 @@ COLUMNS = (
 CHUNK = 500  # keys per IN (...) list, well under SQLite's parameter limit
 
 
-class _Facts(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """The :class:`JobFields` of a record, stored as one JSON value."""
-
-    quote_id: int | None = None
-    estimate_id: int | None = None
-    carrier: str | None = None
-    service: str | None = None
-    cost: Decimal | None = None
-    currency: str | None = None
-    hub: bool = False
-    order_id: int | None = None
-    waybills: list[str | None] = msgspec.field(default_factory=list)
-    pickup_confirmation: str | None = None
-    pickup_date: date | None = None
-    pickup_from: time | None = None
-    pickup_to: time | None = None
-    error: str | None = None
-    error_stage: str | None = None
-    retryable: bool = False
-
-
-_FACTS = msgspec.json.Decoder(_Facts)
+# The JobFields of a record, stored as one JSON object without its empty (None) values.
+_FACTS = msgspec.json.Decoder(JobFields)
 
 Write = tuple[Callable[[sqlite3.Connection], Any], "asyncio.Future[Any]"]
 
@@ -154,7 +134,8 @@ def store_state(
     *,
     lease: tuple[str | None, float | None],
 ) -> JobRecord:
-    facts = msgspec.structs.replace(_facts_of(record), **fields)
+    facts: dict[str, Any] = {name: getattr(record, name) for name in JOB_FIELDS}
+    facts.update(fields)
     intent = stamp if state is JobState.ORDERING else None
     cursor = db.execute(
         "UPDATE jobs SET state = ?, facts = ?, retryable = ?, lease_owner = ?, lease_until = ?, "
@@ -162,8 +143,8 @@ def store_state(
         f"RETURNING {COLUMNS}",
         [
             state.value,
-            JOB_ENCODER.encode(facts),
-            int(facts.retryable),
+            JOB_ENCODER.encode({name: value for name, value in facts.items() if value is not None}),
+            int(facts["retryable"]),
             *lease,
             intent,
             stamp,
@@ -171,10 +152,6 @@ def store_state(
         ],
     )
     return to_record(cursor.fetchone())
-
-
-def _facts_of(record: JobRecord) -> _Facts:
-    return _Facts(**{name: getattr(record, name) for name in _Facts.__struct_fields__})
 
 
 def to_record(row: tuple[Any, ...]) -> JobRecord:
@@ -189,7 +166,7 @@ def to_record(row: tuple[Any, ...]) -> JobRecord:
         lease_until=datetime.fromtimestamp(until, UTC) if until is not None else None,
         order_intent_at=datetime.fromisoformat(intent) if intent else None,
         updated_at=datetime.fromisoformat(updated),
-        **msgspec.structs.asdict(_FACTS.decode(facts)),
+        **_FACTS.decode(facts),
     )
 
 
