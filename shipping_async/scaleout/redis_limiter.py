@@ -11,7 +11,7 @@ Quiet and fair: the waiters of one process queue locally (first come, first serv
 ``front=True`` to the head) and only one task per process - acting for the head of that
 queue - talks to Redis. The script answers how long until the next permit frees; the task
 sleeps exactly that long plus a little jitter, so the processes of a busy account do not
-poll in step.
+poll in step (:mod:`shipping_async.scaleout._local_queue`).
 
 Fail closed: when Redis cannot be reached, no permit is granted - an order is never sent
 unguarded. Waiters keep waiting (the outage is logged once, with the reason, at ERROR)
@@ -25,12 +25,8 @@ the first worker that notices pauses everyone for one window + margin.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
-import random
-from collections import deque
-from collections.abc import Callable
 from types import TracebackType
 from typing import Protocol
 
@@ -42,6 +38,7 @@ from redis.exceptions import RedisError
 from shipping_async.clock import Clock, ManualClock, SystemClock
 from shipping_async.errors import LimiterUnavailableError  # re-exported: it was defined here
 from shipping_async.limiter import Permit, check_rate
+from shipping_async.scaleout._local_queue import LocalQueue
 from shipping_async.scaleout._permit_store import PermitStore
 from shipping_async.scaleout._reserve import Reserve
 
@@ -49,14 +46,10 @@ __all__ = ["LimiterUnavailableError", "OrderGateLike", "RedisOrderLimiter"]
 
 _log = logging.getLogger(__name__)
 
-# Sleeps get up to 0.5 % of a hold added, so that the heads of many processes spread out.
-_JITTER_SHARE = 0.005
 # A permit fetched ahead and not taken within 5 % of a window goes back, or within 1 %
 # once its gate stops asking for more (see _reserve).
 _RESERVE_IDLE_SHARE = 0.05
 _RESERVE_QUIET_SHARE = 0.01
-# Reconnect attempts while Redis is away, real seconds.
-_RETRY_FIRST, _RETRY_MAX = 0.05, 1.0
 
 
 class OrderGateLike(Protocol):
@@ -92,20 +85,13 @@ class RedisOrderLimiter:
     __slots__ = (
         "_account",
         "_clock",
-        "_free_at",
         "_held",
-        "_kick",
         "_lease",
-        "_max_outage",
-        "_on_ready",
-        "_outage_since",
         "_owned_client",
         "_pump",
+        "_queue",
         "_reserve",
-        "_speed",
         "_store",
-        "_waiters",
-        "_watching",
     )
 
     def __init__(
@@ -131,10 +117,8 @@ class RedisOrderLimiter:
         if isinstance(clock, ManualClock):
             raise ValueError("clock: Redis keeps real time; use SystemClock or ScaledClock")
         self._clock: Clock = clock or SystemClock()
-        self._speed = self._clock.from_real(1.0)  # clock seconds per real (Redis) second
         self._account = account
         self._lease = float(lease)
-        self._max_outage = max_outage
         self._owned_client: aioredis.Redis | None = None
         if isinstance(redis, str):
             # No retries inside redis-py: an outage must surface at once, so that the
@@ -150,20 +134,24 @@ class RedisOrderLimiter:
             limit=limit,
             window=float(window),
             margin=margin,
-            speed=self._speed,
+            speed=self._clock.from_real(1.0),  # clock seconds per real (Redis) second
         )
         self._held: set[str] = set()  # granted here and not released
-        self._waiters: deque[asyncio.Future[Permit]] = deque()
         # Permits taken in Redis ahead of an acquire, for an order gate (see _reserve).
         self._reserve = Reserve(
             idle=float(window) * _RESERVE_IDLE_SHARE, quiet=float(window) * _RESERVE_QUIET_SHARE
         )
-        self._free_at: float | None = None  # clock.monotonic() of the next free permit
-        self._on_ready: Callable[[], None] = lambda: None
-        self._pump: asyncio.Task[None] | None = None
-        self._watching = False  # the pump naps only to expire the reserve
-        self._kick = asyncio.Event()
-        self._outage_since: float | None = None
+        self._queue = LocalQueue(
+            self._store,
+            self._reserve,
+            held=self._held,
+            release=lambda permit: self.release(permit, sent=False),
+            account=account,
+            clock=self._clock,
+            lease=self._lease,
+            max_outage=max_outage,
+        )
+        self._pump: asyncio.Task[None] | None = None  # runs the queue while it is needed
 
     @property
     def account(self) -> str:
@@ -198,7 +186,7 @@ class RedisOrderLimiter:
         """Serve an order gate: keep the ready permits its admitted jobs are about to
         take (``gate.reserved``), and wake it (``gate.poke()``) when permits get ready."""
         self._reserve.promised = lambda: gate.reserved
-        self._on_ready = gate.poke
+        self._queue.on_ready = gate.poke
 
     def next_free_at(self) -> float | None:
         """When (on ``clock.monotonic()``) a permit should be ready here, for an ETA.
@@ -208,39 +196,25 @@ class RedisOrderLimiter:
         """
         now = self._clock.monotonic()
         if self._reserve.ask(now, self.limit):
-            self._kick.set()  # a pump watching the reserve fetches at once
+            self._queue.kick()  # a pump watching the reserve fetches at once
         if self._reserve.missing(now):
             self._ensure_pump()
-        if self._outage_since is not None:
-            return None  # unknown until Redis answers again
-        if len(self._reserve) or self._free_at is None:
-            return now
-        # Not later than the reserve's idle time: another process may give permits back.
-        return min(max(now, self._free_at), now + self._reserve.idle)
+        return self._queue.next_free_at(now)
 
     async def acquire(self, *, front: bool = False) -> Permit:
         """Wait for a permit, first come first served; ``front=True`` goes to the head."""
-        if front or not self._waiters:
+        if front or not self._queue.waiting:
             ready = await self._take_ready()
             if ready is not None:
                 return ready
-        waiter: asyncio.Future[Permit] = asyncio.get_running_loop().create_future()
-        if front:
-            self._waiters.appendleft(waiter)
-        else:
-            self._waiters.append(waiter)
+        waiter = self._queue.join(front=front)
         self._ensure_pump()
-        if self._watching:
-            self._kick.set()  # the pump only watches the reserve: it must fetch now
         try:
             return await waiter
         except asyncio.CancelledError:
-            if waiter.done() and not waiter.cancelled():
-                # Granted in the same loop iteration as the cancellation: give it back.
-                await asyncio.shield(self.release(waiter.result(), sent=False))
-            elif waiter in self._waiters:
-                self._waiters.remove(waiter)
-            self._kick.set()  # if nobody waits any more, the pump ends now, not after a nap
+            granted = self._queue.leave(waiter)
+            if granted is not None:
+                await asyncio.shield(self.release(granted, sent=False))
             raise
 
     async def _take_ready(self) -> Permit | None:
@@ -286,7 +260,7 @@ class RedisOrderLimiter:
             )
             return
         if not sent:
-            self._kick.set()  # a permit is free now: the head need not sleep on
+            self._queue.kick()  # a permit is free now: the head need not sleep on
 
     async def pause(
         self, seconds: float, *, limit: int | None = None, window: float | None = None
@@ -322,9 +296,7 @@ class RedisOrderLimiter:
         if self._pump is not None:
             self._pump.cancel()
             await asyncio.gather(self._pump, return_exceptions=True)
-        for waiter in self._waiters:
-            waiter.cancel()
-        self._waiters.clear()
+        self._queue.cancel_all()
         for permit in self._reserve.clear():
             await self.release(permit, sent=False)
         if self._owned_client is not None:
@@ -344,135 +316,7 @@ class RedisOrderLimiter:
 
     def _ensure_pump(self) -> None:
         if self._pump is None or self._pump.done():
-            self._pump = asyncio.get_running_loop().create_task(self._run_pump())
-
-    async def _run_pump(self) -> None:
-        """Run :meth:`_pump_permits`; if it breaks, its waiters learn why instead of hanging."""
-        try:
-            await self._pump_permits()
-        except Exception as exc:
-            _log.exception("order limiter for account %s failed", self._account)
-            self._fail_waiters(exc)
-
-    async def _pump_permits(self) -> None:
-        """Act for the head of the local queue: ask Redis, hand out, sleep the answer."""
-        retry = _RETRY_FIRST
-        while True:
-            now = self._clock.monotonic()
-            for permit in self._reserve.expire(now):
-                await self.release(permit, sent=False)  # nobody took it: others may
-            wanted = self._wanted(now)
-            if wanted == 0:
-                expiry = self._reserve.next_expiry()
-                if expiry is None:
-                    return
-                self._watching = True
-                try:
-                    await self._nap(expiry - now)  # give back what nobody takes in time
-                finally:
-                    self._watching = False
-                continue
-            direct = min(wanted, self._live_waiters())
-            try:
-                granted, wait = await self._store.acquire(
-                    wanted,
-                    direct=direct,
-                    lease=self._lease,
-                    reserve_lease=1.5 * self._reserve.idle,
-                    # Unasked-for ones come back after ``quiet``: others look again then.
-                    recheck=2 * self._reserve.quiet,
-                )
-            except RedisError as exc:
-                self._fail_closed(exc)
-                await self._sleep_real(retry * (1 + random.random()))
-                retry = min(_RETRY_MAX, retry * 2)
-                continue
-            retry = _RETRY_FIRST
-            self._recovered()
-            now = self._clock.monotonic()
-            self._free_at = now + wait
-            if len(granted) > direct:
-                self._on_ready()  # a gate waiting for ready permits looks again
-            for index, permit_id in enumerate(granted):
-                permit = Permit(id=permit_id, acquired_at=now)
-                kept = self._to_waiter(permit) if index < direct else self._reserve.offer(permit)
-                if kept:
-                    self._held.add(permit_id)
-                else:  # its waiter was cancelled while Redis answered: never used
-                    with contextlib.suppress(RedisError):  # if not, its lease frees it
-                        await self._store.release(permit_id, sent=False)
-            if len(granted) < wanted:
-                # Held permits free only on a release nobody announces, and a released
-                # one no sooner than one hold later: never sleep longer than a hold.
-                hold = self.window + self.margin
-                nap = min(wait, hold) + random.uniform(0, _JITTER_SHARE * hold)
-                await self._nap(nap)
-
-    def _live_waiters(self) -> int:
-        while self._waiters and self._waiters[0].done():
-            self._waiters.popleft()
-        return sum(not waiter.done() for waiter in self._waiters)
-
-    def _wanted(self, now: float) -> int:
-        """Permits to ask Redis for now: one per live waiter and per missing reserve."""
-        return min(self._store.limit, self._live_waiters() + self._reserve.missing(now))
-
-    def _to_waiter(self, permit: Permit) -> bool:
-        """Give a granted permit to the head of the queue; ``False`` if nobody waits."""
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(permit)
-                return True
-        return False
-
-    async def _nap(self, seconds: float) -> None:
-        """Sleep ``seconds`` of the clock, or less if a local release frees a permit."""
-        self._kick.clear()
-        sleeper = asyncio.ensure_future(self._clock.sleep(seconds))
-        kicked = asyncio.ensure_future(self._kick.wait())
-        try:
-            await asyncio.wait((sleeper, kicked), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            sleeper.cancel()
-            kicked.cancel()
-            await asyncio.gather(sleeper, kicked, return_exceptions=True)
-
-    async def _sleep_real(self, seconds: float) -> None:
-        # Reconnecting is about Redis, whose time is real; the clock sleeps protocol time.
-        await self._clock.sleep(seconds * self._speed)
-
-    def _fail_closed(self, exc: RedisError) -> None:
-        now = self._clock.monotonic()
-        if self._outage_since is None:
-            self._outage_since = now
-            _log.error(
-                "order limiter for account %s: Redis unreachable (%s); no order is sent "
-                "until it answers again",
-                self._account,
-                exc,
-            )
-        if self._max_outage is not None and now - self._outage_since >= self._max_outage:
-            self._fail_waiters(
-                LimiterUnavailableError(
-                    f"order limiter for account {self._account}: Redis unreachable for "
-                    f"{now - self._outage_since:.1f} s ({exc}); no order was sent"
-                )
-            )
-
-    def _fail_waiters(self, error: BaseException) -> None:
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_exception(error)
-
-    def _recovered(self) -> None:
-        if self._outage_since is not None:
-            _log.warning(
-                "order limiter for account %s: Redis answers again; orders resume",
-                self._account,
-            )
-            self._outage_since = None
+            self._pump = asyncio.get_running_loop().create_task(self._queue.run())
 
     def __repr__(self) -> str:
         return (
