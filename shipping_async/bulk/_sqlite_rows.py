@@ -113,15 +113,15 @@ def expire_orders(db: sqlite3.Connection, now: datetime, *, everyone: bool = Fal
 def claim_row(
     db: sqlite3.Connection, record: JobRecord, worker_id: str, now: datetime, lease: float
 ) -> JobRecord:
-    db.execute(
-        "UPDATE jobs SET attempts = attempts + 1 WHERE key = ?",
-        [record.key],
-    )
-    record = msgspec.structs.replace(record, attempts=record.attempts + 1)
-    state = record.next_stage
     fields = NO_ERROR if record.state is JobState.FAILED else {}
     return store_state(
-        db, record, state, fields, now.isoformat(), lease=(worker_id, now.timestamp() + lease)
+        db,
+        record,
+        record.next_stage,
+        fields,
+        now.isoformat(),
+        lease=(worker_id, now.timestamp() + lease),
+        claimed=True,
     )
 
 
@@ -133,13 +133,16 @@ def store_state(
     stamp: str,
     *,
     lease: tuple[str | None, float | None],
+    claimed: bool = False,
 ) -> JobRecord:
+    """Write ``record`` in ``state`` with ``fields`` added (one attempt more if ``claimed``)."""
     facts: dict[str, Any] = {name: getattr(record, name) for name in JOB_FIELDS}
     facts.update(fields)
     intent = stamp if state is JobState.ORDERING else None
     cursor = db.execute(
         "UPDATE jobs SET state = ?, facts = ?, retryable = ?, lease_owner = ?, lease_until = ?, "
-        "order_intent_at = COALESCE(?, order_intent_at), updated_at = ? WHERE key = ? "
+        "order_intent_at = COALESCE(?, order_intent_at), updated_at = ?, "
+        "attempts = attempts + ? WHERE key = ? "
         f"RETURNING {COLUMNS}",
         [
             state.value,
@@ -148,6 +151,7 @@ def store_state(
             *lease,
             intent,
             stamp,
+            int(claimed),
             record.key,
         ],
     )

@@ -113,6 +113,18 @@ async def test_retrying_a_failed_job_continues_after_its_last_success(path: Path
         ]
 
 
+async def test_each_claim_counts_one_attempt_and_a_release_keeps_the_count(path: Path) -> None:
+    async with await SQLiteJournal.open(path) as journal:
+        await journal.add([make_job("A")])
+        [first] = await journal.claim(W, lease=60, limit=1)
+        await journal.release(W, ["A"])
+        [second] = await journal.claim("w2", lease=60, limit=1)
+        stored = await journal.get("A")
+        assert (first.attempts, second.attempts) == (1, 2)
+        assert stored is not None
+        assert stored.attempts == 2
+
+
 async def test_reconcile_settles_an_unknown_job_either_way(path: Path) -> None:
     journal = await SQLiteJournal.open(path)
     await journal.add([make_job("A"), make_job("B")])
