@@ -60,6 +60,7 @@ _COLUMNS = (
     "order_id, waybills, pickup_confirmation, pickup_date, pickup_from, pickup_to, error, "
     "error_stage, retryable, attempts, lease_owner, lease_until, order_intent_at, updated_at"
 )
+_J_COLUMNS = ", ".join(f"j.{column.strip()}" for column in _COLUMNS.split(","))  # claim's alias
 _PAGE = 500
 _WORKABLE = sorted(state.value for state in WORKABLE_STATES)
 _UNFINISHED = sorted(state.value for state in JobState if state not in FINISHED_STATES)
@@ -171,7 +172,7 @@ class PostgresJournal(JournalStore):
                     error_stage = CASE WHEN j.state = 'failed' THEN NULL ELSE j.error_stage END,
                     retryable = CASE WHEN j.state = 'failed' THEN false ELSE j.retryable END
                 FROM picked WHERE j.key = picked.key
-                RETURNING j.seq, {_qualified("j")}
+                RETURNING j.seq, {_J_COLUMNS}
                 """,
                 _WORKABLE,
                 retry_failed,
@@ -337,10 +338,6 @@ class PostgresJournal(JournalStore):
 
 def _json(job: ShipmentJob) -> str:
     return JOB_ENCODER.encode(job).decode()
-
-
-def _qualified(alias: str) -> str:
-    return ", ".join(f"{alias}.{column.strip()}" for column in _COLUMNS.split(","))
 
 
 def _record(row: Any) -> JobRecord:
