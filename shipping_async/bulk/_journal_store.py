@@ -119,6 +119,8 @@ class JournalStore(ABC):
         keep_lease: bool,
         require: JobState | None = None,
     ) -> JobRecord:
-        """Move ``key`` to ``state`` with ``fields`` if ``worker_id`` holds its lease (and
-        it is in ``require``); the lease is kept or dropped. Refusals: :func:`lease_lost`,
-        :func:`wrong_state`, :func:`no_such_job`."""
+        """Move ``key`` to ``state`` with ``fields``, atomically with its checks.
+
+        Only while ``worker_id`` holds the lease (:func:`lease_lost`) and, if ``require``
+        is given, the job is in it (:func:`wrong_state`); the lease is kept or dropped.
+        """

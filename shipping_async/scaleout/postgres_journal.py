@@ -162,7 +162,8 @@ class PostgresJournal(JournalStore):
                     lease_owner = $6,
                     lease_until = now() + make_interval(secs => $7),
                     updated_at = now(),
-                    -- a failed job goes on after the last step that succeeded
+                    -- a failed job goes on after the last step that succeeded:
+                    -- JobRecord.next_stage, here to keep the claim one statement
                     state = CASE
                         WHEN j.state <> 'failed' THEN j.state
                         WHEN j.order_id IS NULL THEN 'pending'
