@@ -12,12 +12,12 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import signal
 import sys
 from typing import Any
 
 from shipping_async.bulk.choice import EstimateChooser
 from shipping_async.bulk.journal import JobState
+from shipping_async.cli._common import showing
 from shipping_async.clock import Clock, ScaledClock, SystemClock
 
 __all__ = ["add_scaleout_options", "run_shared"]
@@ -94,7 +94,6 @@ class _SharedRun:
         self.limit = limit
         self.window_real = window_real
         self.speed = speed
-        self.interrupts = 0
 
     async def main(self, enqueue: str | None) -> int:
         from shipping_async.bulk.journal import JournalError
@@ -201,25 +200,17 @@ class _SharedRun:
             args.progress, worker.progress, limit=self.limit, window_real=self.window_real
         )
         writer = ResultWriter(args.out) if args.out and total == 0 else None
-        runner = asyncio.current_task()
-        assert runner is not None
-        self._handle_signals(worker, display, runner)
-        display.start(total)
-        ticker = asyncio.get_running_loop().create_task(_tick(display))
         bad = 0
         try:
-            async for result in worker.run():
-                bad += result.status is not ResultStatus.DONE
-                if writer is not None:
-                    writer.write(result)
-                display.result(result)
+            with showing(display, worker, total=total):
+                async for result in worker.run():
+                    bad += result.status is not ResultStatus.DONE
+                    if writer is not None:
+                        writer.write(result)
+                    display.result(result)
         finally:
-            ticker.cancel()
-            display.stop()
             if writer is not None:
                 writer.close()
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                asyncio.get_running_loop().remove_signal_handler(signum)
         return bad
 
     async def _report_batch(self, journal: Any, keys: list[str]) -> int:
@@ -251,28 +242,6 @@ class _SharedRun:
             return 130
         unknown = (await journal.counts())[JobState.UNKNOWN]
         return 1 if bad or unknown else 0
-
-    def _handle_signals(self, worker: Any, display: Any, runner: asyncio.Task[Any]) -> None:
-        loop = asyncio.get_running_loop()
-
-        def interrupt() -> None:
-            self.interrupts += 1
-            if self.interrupts == 1:
-                worker.stop()
-                display.message(
-                    "stopping: no new orders; finishing the ones sent. Ctrl-C again aborts."
-                )
-            else:
-                runner.cancel()
-
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, interrupt)
-
-
-async def _tick(display: Any) -> None:
-    while True:
-        display.tick()
-        await asyncio.sleep(0.25)  # screen refresh, not a protocol duration
 
 
 def _safe(url: str) -> str:

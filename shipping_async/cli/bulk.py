@@ -22,12 +22,18 @@ import contextlib
 import csv
 import io
 import os
-import signal
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from shipping_async.cli._common import (
+    add_rate_options,
+    add_shipping_options,
+    parse_rate,
+    parse_speed,
+    showing,
+)
 from shipping_async.cli._shared_run import add_scaleout_options, run_shared
 from shipping_async.scaleout.factory import close_limiter, is_shared_journal, open_limiter
 
@@ -68,33 +74,14 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="declare every still-unknown order as never created and send it again",
     )
-    parser.add_argument(
-        "--choose",
-        default="cheapest",
-        help="cheapest | cheapest:CUR | carrier:NAME | service:NAME | carrier:N,service:S",
-    )
     parser.add_argument("--sandbox", action="store_true", help="run against an embedded sandbox")
-    parser.add_argument(
-        "--sandbox-speed",
-        type=float,
-        help=f"sandbox clock speed (default {DEFAULT_SANDBOX_SPEED:g}); with --base-url: "
+    add_rate_options(
+        parser,
+        speed_help=f"sandbox clock speed (default {DEFAULT_SANDBOX_SPEED:g}); with --base-url: "
         "the external sandbox's speed, to scale the default rate budget",
     )
-    parser.add_argument("--base-url", help="API root incl. /client_api/v2 (or SHIPPING_BASE_URL)")
-    parser.add_argument(
-        "--rate-limit",
-        metavar="N/SECONDS",
-        help="order budget, real seconds (default 20/60; 20/(60/K) for a sandbox at speed K)",
-    )
-    parser.add_argument("--concurrency", type=int, default=64, help="shipments in flight (64)")
-    parser.add_argument(
-        "--estimate-validity",
-        type=float,
-        metavar="SECONDS",
-        help="re-quote estimates older than this instead of checking with GET /quotes",
-    )
-    parser.add_argument(
-        "--progress", choices=("auto", "bar", "plain"), default="auto", help="display mode"
+    add_shipping_options(
+        parser, concurrency=64, concurrency_help="shipments in flight (64)", progress="auto"
     )
     add_scaleout_options(parser)
     parser.set_defaults(handler=run)
@@ -134,25 +121,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _rate(args: argparse.Namespace) -> tuple[int, float]:
     """The order budget in real seconds."""
-    if args.rate_limit:
-        count, sep, seconds = args.rate_limit.partition("/")
-        try:
-            limit, window = int(count), float(seconds)
-        except ValueError:
-            limit, window = 0, 0.0
-        if not sep or limit < 1 or window <= 0:
-            raise ValueError(f"--rate-limit {args.rate_limit!r}: expected N/SECONDS, e.g. 20/60")
-        return limit, window
-    speed = _speed(args)
-    return 20, 60.0 / speed
+    return parse_rate(args, speed=_speed(args))
 
 
 def _speed(args: argparse.Namespace) -> float:
-    if args.sandbox_speed is not None:
-        if args.sandbox_speed <= 0:
-            raise ValueError("--sandbox-speed must be > 0")
-        return float(args.sandbox_speed)
-    return DEFAULT_SANDBOX_SPEED if args.sandbox else 1.0
+    return parse_speed(args, default=DEFAULT_SANDBOX_SPEED if args.sandbox else 1.0)
 
 
 class _Command:
@@ -161,7 +134,6 @@ class _Command:
         self.choose = choose
         self.limit = limit
         self.window_real = window
-        self.interrupts = 0
 
     async def main(self) -> int:
         from shipping_async._client import AsyncShippingClient
@@ -289,24 +261,17 @@ class _Command:
             args.progress, shipper.progress, limit=self.limit, window_real=self.window_real
         )
         writer = ResultWriter(args.out) if args.out else None
-        runner = asyncio.current_task()
-        assert runner is not None
-        self._handle_signals(shipper, display, runner)
-        display.start(count_rows(args.input))
-        ticker = asyncio.get_running_loop().create_task(_tick(display))
         bad = 0
         try:
-            async for result in shipper.run(read_jobs(args.input)):
-                bad += result.status is not ResultStatus.DONE
-                if writer is not None:
-                    writer.write(result)
-                display.result(result)
+            with showing(display, shipper, total=count_rows(args.input)):
+                async for result in shipper.run(read_jobs(args.input)):
+                    bad += result.status is not ResultStatus.DONE
+                    if writer is not None:
+                        writer.write(result)
+                    display.result(result)
         finally:
-            ticker.cancel()
-            display.stop()
             if writer is not None:
                 writer.close()
-            self._restore_signals()
         return await self._summary(journal, path, shipper.stopping, bad)
 
     async def _summary(self, journal: Any, path: str, stopped: bool, bad: int) -> int:
@@ -327,30 +292,3 @@ class _Command:
             print(f"interrupted; to continue: {resume}", flush=True)
             return 130
         return 1 if bad else 0
-
-    def _handle_signals(self, shipper: Any, display: Any, runner: asyncio.Task[Any]) -> None:
-        loop = asyncio.get_running_loop()
-
-        def interrupt() -> None:
-            self.interrupts += 1
-            if self.interrupts == 1:
-                shipper.stop()
-                display.message(
-                    "stopping: no new orders; finishing the ones sent. Ctrl-C again aborts."
-                )
-            else:
-                runner.cancel()
-
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, interrupt)
-
-    def _restore_signals(self) -> None:
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(signum)
-
-
-async def _tick(display: Any) -> None:
-    while True:
-        display.tick()
-        await asyncio.sleep(0.25)  # screen refresh, not a protocol duration

@@ -1,0 +1,115 @@
+"""What ``bulk`` and ``worker`` share: shipping and rate options, Ctrl-C handling, the ticker."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+__all__ = ["add_rate_options", "add_shipping_options", "parse_rate", "parse_speed", "showing"]
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class _Stoppable(Protocol):
+    def stop(self) -> None: ...
+
+
+def add_shipping_options(
+    parser: argparse.ArgumentParser, *, concurrency: int, concurrency_help: str, progress: str
+) -> None:
+    """Add ``--choose``, ``--concurrency``, ``--estimate-validity`` and ``--progress``."""
+    parser.add_argument(
+        "--choose",
+        default="cheapest",
+        help="cheapest | cheapest:CUR | carrier:NAME | service:NAME | carrier:N,service:S",
+    )
+    parser.add_argument("--concurrency", type=int, default=concurrency, help=concurrency_help)
+    parser.add_argument(
+        "--estimate-validity",
+        type=float,
+        metavar="SECONDS",
+        help="re-quote estimates older than this instead of checking with GET /quotes",
+    )
+    parser.add_argument(
+        "--progress", choices=("auto", "bar", "plain"), default=progress, help="display mode"
+    )
+
+
+def add_rate_options(parser: argparse.ArgumentParser, *, speed_help: str) -> None:
+    """Add ``--base-url``, ``--sandbox-speed`` and ``--rate-limit``."""
+    parser.add_argument("--base-url", help="API root incl. /client_api/v2 (or SHIPPING_BASE_URL)")
+    parser.add_argument("--sandbox-speed", type=float, help=speed_help)
+    parser.add_argument(
+        "--rate-limit",
+        metavar="N/SECONDS",
+        help="order budget, real seconds (default 20/60; 20/(60/K) for a sandbox at speed K)",
+    )
+
+
+def parse_speed(args: argparse.Namespace, *, default: float = 1.0) -> float:
+    """The sandbox's clock speed from ``--sandbox-speed`` (``default`` without it)."""
+    speed = default if args.sandbox_speed is None else float(args.sandbox_speed)
+    if speed <= 0:
+        raise ValueError("--sandbox-speed must be > 0")
+    return speed
+
+
+def parse_rate(args: argparse.Namespace, *, speed: float) -> tuple[int, float]:
+    """The order budget ``(limit, window in real seconds)``: ``--rate-limit``, else the
+    API's 20 per 60 s on a sandbox clock running ``speed`` times faster."""
+    if not args.rate_limit:
+        return 20, 60.0 / speed
+    count, sep, seconds = args.rate_limit.partition("/")
+    try:
+        limit, window = int(count), float(seconds)
+    except ValueError:
+        limit, window = 0, 0.0
+    if not sep or limit < 1 or window <= 0:
+        raise ValueError(f"--rate-limit {args.rate_limit!r}: expected N/SECONDS, e.g. 20/60")
+    return limit, window
+
+
+@contextlib.contextmanager
+def showing(display: Any, run: _Stoppable, *, total: int) -> Iterator[None]:
+    """Show progress on ``display`` while the current task runs ``run``.
+
+    The first Ctrl-C (or SIGTERM) stops ``run`` gracefully: no new orders, the ones sent
+    finish. The second cancels the current task, which aborts the run.
+    """
+    loop = asyncio.get_running_loop()
+    runner = asyncio.current_task()
+    assert runner is not None
+    interrupts = 0
+
+    def interrupt() -> None:
+        nonlocal interrupts
+        interrupts += 1
+        if interrupts == 1:
+            run.stop()
+            display.message(
+                "stopping: no new orders; finishing the ones sent. Ctrl-C again aborts."
+            )
+        else:
+            runner.cancel()
+
+    for signum in _STOP_SIGNALS:
+        loop.add_signal_handler(signum, interrupt)
+    display.start(total)
+    ticker = loop.create_task(_tick(display))
+    try:
+        yield
+    finally:
+        ticker.cancel()
+        display.stop()
+        for signum in _STOP_SIGNALS:
+            loop.remove_signal_handler(signum)
+
+
+async def _tick(display: Any) -> None:
+    while True:
+        display.tick()
+        await asyncio.sleep(0.25)  # screen refresh, not a protocol duration
