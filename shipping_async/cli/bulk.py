@@ -78,7 +78,7 @@ def register(subparsers: Any) -> None:
     add_rate_options(
         parser,
         speed_help=f"sandbox clock speed (default {DEFAULT_SANDBOX_SPEED:g}); with --base-url: "
-        "the external sandbox's speed, to scale the default rate budget",
+        "the external sandbox's speed: every duration of the run is scaled by it",
     )
     add_shipping_options(
         parser, concurrency=64, concurrency_help="shipments in flight (64)", progress="auto"
@@ -144,11 +144,10 @@ class _Command:
         args = self.args
         async with contextlib.AsyncExitStack() as stack:
             clock: Clock = SystemClock()
-            speed = 1.0
+            speed = _speed(args)
             if args.sandbox:
                 from shipping_async.sandbox import SandboxServer
 
-                speed = _speed(args)
                 sandbox = SandboxServer(speed=speed)
                 await stack.enter_async_context(sandbox)
                 base_url, token, clock = sandbox.base_url, sandbox.token, sandbox.clock
@@ -162,8 +161,8 @@ class _Command:
                         file=sys.stderr,
                     )
                     return 2
-            if isinstance(clock, ScaledClock):
-                speed = clock.speed
+                if speed != 1.0:  # an external sandbox: run on its time, as workers do
+                    clock = ScaledClock(speed)
             # The budget is in real seconds; the limiter runs on the client's clock.
             limiter = open_limiter(
                 args.limiter,
