@@ -32,7 +32,7 @@ import msgspec
 
 from shipping_async.clock import Clock, SystemClock
 
-__all__ = ["OrderLimiter", "Permit", "RollingWindowLimiter", "check_rate"]
+__all__ = ["DEFAULT_MARGIN_SHARE", "OrderLimiter", "Permit", "RollingWindowLimiter", "check_rate"]
 
 _log = logging.getLogger(__name__)
 
@@ -42,7 +42,8 @@ _log = logging.getLogger(__name__)
 # server that stamps arrivals to the whole second (needs > 1 s at 60 s), clock-rate drift
 # between hosts, and a request released at a client timeout that still sat in a proxy
 # queue for a moment. It costs 2 % of a long batch's time.
-_DEFAULT_MARGIN_SHARE = 0.02
+#: The default margin, as a share of the window, that a permit is held past it.
+DEFAULT_MARGIN_SHARE = 0.02
 
 
 class Permit(msgspec.Struct, frozen=True):
@@ -159,7 +160,7 @@ class RollingWindowLimiter:
     @property
     def margin(self) -> float:
         """Seconds added to every hold and pause, on top of the window."""
-        return self._window * _DEFAULT_MARGIN_SHARE if self._margin is None else self._margin
+        return self._window * DEFAULT_MARGIN_SHARE if self._margin is None else self._margin
 
     def available(self) -> int:
         """How many permits :meth:`acquire` would grant right now (0 while paused)."""

@@ -15,7 +15,7 @@ from uuid import uuid4
 import redis.asyncio as aioredis
 
 # The in-process limiter's default margin (a share of the window), so both keep one rule.
-from shipping_async.limiter import _DEFAULT_MARGIN_SHARE
+from shipping_async.limiter import DEFAULT_MARGIN_SHARE
 from shipping_async.scaleout import _lua
 
 __all__ = ["PermitStore"]
@@ -63,7 +63,7 @@ class PermitStore:
     @property
     def margin(self) -> float:
         """Seconds added to every hold and pause, on top of the window."""
-        return self.window * _DEFAULT_MARGIN_SHARE if self._margin is None else self._margin
+        return self.window * DEFAULT_MARGIN_SHARE if self._margin is None else self._margin
 
     async def acquire(
         self, wanted: int, *, direct: int, lease: float, reserve_lease: float, recheck: float
@@ -107,7 +107,7 @@ class PermitStore:
             self.limit,
             self._us(self.window),
             -1 if self._margin is None else self._us(self._margin),
-            repr(_DEFAULT_MARGIN_SHARE),
+            repr(DEFAULT_MARGIN_SHARE),
             self._epoch,
             uuid4().hex,
             _STATE_TTL_MS,
