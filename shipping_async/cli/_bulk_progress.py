@@ -6,13 +6,14 @@ import math
 import sys
 import time
 from collections import deque
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol, TextIO
 
 from shipping_async.bulk.journal import JobState
 from shipping_async.bulk.results import ResultStatus, ShipmentResult
 
 if TYPE_CHECKING:
-    from rich.progress import Progress, TaskID
+    from rich.progress import TaskID
 
     from shipping_async.bulk.shipper import RunProgress
 
@@ -113,17 +114,27 @@ class PlainDisplay:
 
 
 class RichDisplay:
-    """A bar over all shipments with per-stage counts, orders per minute and the ETA."""
+    """A bar over all shipments, orders per minute and the ETA; per-stage counts below it."""
 
     def __init__(self, rates: _Rates) -> None:
+        from rich.console import RenderableType
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+        from rich.text import Text
+
+        class _TwoLineProgress(Progress):
+            # The counts get a line of their own: on one line with the bar they push the
+            # ETA off an ordinary 80- or 120-column terminal.
+            counts = ""
+
+            def get_renderables(self) -> Iterable[RenderableType]:
+                yield self.make_tasks_table(self.tasks)
+                yield Text(self.counts, style="dim")
 
         self._rates = rates
-        self._progress: Progress = Progress(
+        self._progress: _TwoLineProgress = _TwoLineProgress(
             TextColumn("[bold]shipping"),
-            BarColumn(),
+            BarColumn(bar_width=30),
             MofNCompleteColumn(),
-            TextColumn("{task.fields[counts]}"),
             TextColumn("· {task.fields[rate]} orders/min · ETA {task.fields[eta]}"),
             transient=False,
         )
@@ -132,7 +143,7 @@ class RichDisplay:
     def start(self, total: int) -> None:
         self._rates.total = total
         self._progress.start()
-        self._task = self._progress.add_task("ship", total=total, counts="", rate="0", eta="-")
+        self._task = self._progress.add_task("ship", total=total, rate="0", eta="-")
 
     def result(self, result: ShipmentResult) -> None:
         if self._task is not None:
@@ -150,9 +161,9 @@ class RichDisplay:
             return
         rates = self._rates
         eta = rates.eta()
+        self._progress.counts = rates.counts()
         self._progress.update(
             self._task,
-            counts=rates.counts(),
             rate=f"{rates.orders_per_minute():.0f}",
             eta=f"{int(eta // 60)}:{int(eta % 60):02d}",
         )
