@@ -19,6 +19,7 @@ from yarl import URL
 from shipping_async._http import RequestOptions, Secret, configure_logging, exchange
 from shipping_async._retry import Operation, RetryPolicy, send_with_retries
 from shipping_async.clock import Clock, SystemClock
+from shipping_async.errors import ConfigurationError
 from shipping_async.limiter import OrderLimiter, RollingWindowLimiter
 from shipping_async.models._base import enc_hook
 from shipping_async.resources import Orders, Quotes, Webhooks
@@ -67,12 +68,12 @@ class _SessionHolder:
 def _check_base_url(base_url: str) -> str:
     url = URL(base_url.rstrip("/"))
     if not url.is_absolute() or not url.host:
-        raise ValueError(f"base_url: expected an absolute URL, got {base_url!r}")
+        raise ConfigurationError(f"base_url: expected an absolute URL, got {base_url!r}")
     if url.scheme == "https":
         return str(url)
     if url.scheme == "http" and _is_loopback(url.host):
         return str(url)
-    raise ValueError(
+    raise ConfigurationError(
         f"base_url: {base_url!r} must use https (plain http is allowed only for loopback "
         "hosts: localhost, 127.0.0.0/8, ::1), or the access token would travel in clear"
     )
@@ -89,7 +90,9 @@ def _is_loopback(host: str) -> bool:
 
 def _check_timeout(timeout: float) -> float:
     if isinstance(timeout, bool) or not 0 < timeout < math.inf:
-        raise ValueError(f"timeout: must be a finite number of seconds > 0, got {timeout!r}")
+        raise ConfigurationError(
+            f"timeout: must be a finite number of seconds > 0, got {timeout!r}"
+        )
     return float(timeout)
 
 
@@ -130,12 +133,12 @@ class AsyncShippingClient:
     ) -> None:
         token = token if token is not None else os.environ.get(TOKEN_ENV)
         if not token:
-            raise ValueError(
+            raise ConfigurationError(
                 f"no access token: pass token=... or set the {TOKEN_ENV} environment variable"
             )
         base_url = base_url if base_url is not None else os.environ.get(BASE_URL_ENV)
         if not base_url:
-            raise ValueError(
+            raise ConfigurationError(
                 f"no base URL: pass base_url=... (including /client_api/v2) or set the "
                 f"{BASE_URL_ENV} environment variable"
             )

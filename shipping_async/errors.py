@@ -3,6 +3,7 @@
 ::
 
     ShippingError
+    ├── ConfigurationError              the client cannot be built as asked (also a ValueError)
     ├── RequestValidationError          a request failed client-side checks (names the field)
     ├── NoPickupWindowError             no offered pickup slot fits the wish (says why)
     ├── LimiterUnavailableError         the shared order limiter is unreachable: nothing sent
@@ -42,6 +43,7 @@ __all__ = [
     "APITimeoutError",
     "AuthenticationError",
     "BadRequestError",
+    "ConfigurationError",
     "InternalServerError",
     "LimiterUnavailableError",
     "NoHubForRouteError",
@@ -62,6 +64,10 @@ __all__ = [
 
 class ShippingError(Exception):
     """Root of every error raised by shipping-async."""
+
+
+class ConfigurationError(ShippingError, ValueError):
+    """The client's options are unusable: no token, no base URL, plain http to a remote host."""
 
 
 class RequestValidationError(ShippingError, ValueError):

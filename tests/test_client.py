@@ -28,6 +28,7 @@ from shipping_async.clock import ManualClock, SystemClock
 from shipping_async.errors import (
     APIConnectionError,
     AuthenticationError,
+    ConfigurationError,
     OrderOutcomeUnknownError,
     ShippingError,
 )
@@ -75,12 +76,12 @@ async def test_explicit_arguments_win_over_the_environment(
 
 
 async def test_a_missing_token_is_a_clear_error_at_construction() -> None:
-    with pytest.raises(ValueError, match="SHIPPING_ACCESS_TOKEN"):
+    with pytest.raises(ConfigurationError, match="SHIPPING_ACCESS_TOKEN"):
         AsyncShippingClient(base_url=BASE_URL)
 
 
 async def test_a_missing_base_url_is_a_clear_error_at_construction() -> None:
-    with pytest.raises(ValueError, match="SHIPPING_BASE_URL"):
+    with pytest.raises(ConfigurationError, match="SHIPPING_BASE_URL"):
         AsyncShippingClient("t")
 
 
@@ -95,7 +96,7 @@ async def test_a_missing_base_url_is_a_clear_error_at_construction() -> None:
     ],
 )
 async def test_anything_but_https_or_loopback_is_refused(url: str) -> None:
-    with pytest.raises(ValueError, match="base_url"):
+    with pytest.raises(ConfigurationError, match="base_url"):
         AsyncShippingClient("t", base_url=url)
 
 
@@ -111,6 +112,11 @@ async def test_anything_but_https_or_loopback_is_refused(url: str) -> None:
 )
 async def test_https_and_loopback_http_are_accepted(url: str) -> None:
     assert AsyncShippingClient("t", base_url=url).base_url == url
+
+
+def test_a_configuration_error_is_a_shipping_error_and_a_value_error() -> None:
+    assert issubclass(ConfigurationError, ShippingError)
+    assert issubclass(ConfigurationError, ValueError)
 
 
 async def test_bad_timeouts_and_retry_counts_are_refused() -> None:
