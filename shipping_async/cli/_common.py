@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import signal
-from collections.abc import Iterator
+from collections.abc import AsyncIterable, Iterator
 from typing import Any, Protocol
 
 __all__ = ["add_rate_options", "add_shipping_options", "parse_rate", "parse_speed", "showing"]
@@ -113,3 +113,23 @@ async def _tick(display: Any) -> None:
     while True:
         display.tick()
         await asyncio.sleep(0.25)  # screen refresh, not a protocol duration
+
+
+async def drain(results: AsyncIterable[Any], display: Any | None, *, out: str | None) -> int:
+    """Show (with a display) and write (with ``out``) every result; returns how many did not
+    finish done."""
+    from shipping_async.bulk.results import ResultStatus, ResultWriter
+
+    writer = ResultWriter(out) if out else None
+    bad = 0
+    try:
+        async for result in results:
+            bad += result.status is not ResultStatus.DONE
+            if writer is not None:
+                writer.write(result)
+            if display is not None:
+                display.result(result)
+    finally:
+        if writer is not None:
+            writer.close()
+    return bad

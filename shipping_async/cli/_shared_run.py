@@ -13,11 +13,12 @@ import asyncio
 import contextlib
 import logging
 import sys
+from collections.abc import AsyncIterator
 from typing import Any
 
 from shipping_async.bulk.choice import EstimateChooser
 from shipping_async.bulk.journal import JobState
-from shipping_async.cli._common import showing
+from shipping_async.cli._common import drain, showing
 from shipping_async.clock import Clock, ScaledClock, SystemClock
 
 __all__ = ["add_scaleout_options", "run_shared"]
@@ -192,46 +193,28 @@ class _SharedRun:
         return keys
 
     async def _work(self, worker: Any, total: int) -> int:
-        from shipping_async.bulk.results import ResultStatus, ResultWriter
         from shipping_async.cli._bulk_progress import make_display
 
         args = self.args
         display = make_display(
             args.progress, worker.progress, limit=self.limit, window_real=self.window_real
         )
-        writer = ResultWriter(args.out) if args.out and total == 0 else None
-        bad = 0
-        try:
-            with showing(display, worker, total=total):
-                async for result in worker.run():
-                    bad += result.status is not ResultStatus.DONE
-                    if writer is not None:
-                        writer.write(result)
-                    display.result(result)
-        finally:
-            if writer is not None:
-                writer.close()
-        return bad
+        with showing(display, worker, total=total):
+            return await drain(worker.run(), display, out=args.out if total == 0 else None)
 
     async def _report_batch(self, journal: Any, keys: list[str]) -> int:
         """After a bulk run: the input's results from the journal (others may have shipped
         some of them); the number not done."""
-        from shipping_async.bulk.results import ResultStatus, ResultWriter, ShipmentResult
+        from shipping_async.bulk.results import ShipmentResult
 
         wanted = set(keys)
-        writer = ResultWriter(self.args.out) if self.args.out else None
-        bad = 0
-        try:
+
+        async def results() -> AsyncIterator[ShipmentResult]:
             async for record in journal.records():
                 if record.key in wanted:
-                    result = ShipmentResult.from_record(record)
-                    bad += result.status is not ResultStatus.DONE
-                    if writer is not None:
-                        writer.write(result)
-        finally:
-            if writer is not None:
-                writer.close()
-        return bad
+                    yield ShipmentResult.from_record(record)
+
+        return await drain(results(), None, out=self.args.out)
 
     async def _summary(self, journal: Any, stopped: bool, bad: int) -> int:
         from shipping_async.cli.status import print_status

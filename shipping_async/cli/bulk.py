@@ -30,6 +30,7 @@ from typing import Any
 from shipping_async.cli._common import (
     add_rate_options,
     add_shipping_options,
+    drain,
     parse_rate,
     parse_speed,
     showing,
@@ -243,7 +244,6 @@ class _Command:
 
     async def _ship(self, client: Any, journal: Any, path: str) -> int:
         from shipping_async.bulk.readers import count_rows, read_jobs
-        from shipping_async.bulk.results import ResultStatus, ResultWriter
         from shipping_async.bulk.shipper import BulkShipper
         from shipping_async.cli._bulk_progress import make_display
 
@@ -259,18 +259,8 @@ class _Command:
         display = make_display(
             args.progress, shipper.progress, limit=self.limit, window_real=self.window_real
         )
-        writer = ResultWriter(args.out) if args.out else None
-        bad = 0
-        try:
-            with showing(display, shipper, total=count_rows(args.input)):
-                async for result in shipper.run(read_jobs(args.input)):
-                    bad += result.status is not ResultStatus.DONE
-                    if writer is not None:
-                        writer.write(result)
-                    display.result(result)
-        finally:
-            if writer is not None:
-                writer.close()
+        with showing(display, shipper, total=count_rows(args.input)):
+            bad = await drain(shipper.run(read_jobs(args.input)), display, out=args.out)
         return await self._summary(journal, path, shipper.stopping, bad)
 
     async def _summary(self, journal: Any, path: str, stopped: bool, bad: int) -> int:
