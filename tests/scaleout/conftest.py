@@ -21,6 +21,10 @@ import asyncpg
 import pytest
 import redis.asyncio as aioredis
 
+from .private_postgres import postgres_template, private_postgres
+
+__all__ = ["postgres_template", "private_postgres"]  # fixtures of the outage tests
+
 REDIS_URL = "redis://127.0.0.1:6379/0"
 POSTGRES_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 
