@@ -16,6 +16,7 @@ from typing import Final, TypedDict, TypeVar
 
 import aiohttp
 import msgspec
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from shipping_async._retry import parse_retry_after
 from shipping_async._version import __version__
@@ -44,6 +45,9 @@ USER_AGENT: Final = f"shipping-async/{__version__}"
 LOGGER_NAME: Final = "shipping_async"
 
 _log = logging.getLogger(LOGGER_NAME)
+# A library prints nothing unless asked: without this, Python's last-resort handler would
+# write our warnings to stderr in an app that configured no logging.
+_log.addHandler(logging.NullHandler())
 _HANDLER_NAME = "shipping_async.env"
 
 
@@ -158,7 +162,7 @@ async def exchange(
             allow_redirects=False,
         ) as response:
             status = response.status
-            retry_after = response.headers.get("Retry-After")
+            answer_headers = response.headers
             raw = await response.read()
     except TimeoutError as exc:  # asyncio's, aiohttp's ServerTimeoutError and subclasses
         raise APITimeoutError(
@@ -175,14 +179,14 @@ async def exchange(
     )
     if status >= 300:
         # A proxy or debug page may echo the request headers back: keep the token out of
-        # the error's text and body.
-        secret = token.reveal().encode()
+        # the error's text, body and headers.
         raise error_for_status(
             status,
-            raw.replace(secret, b"***") if secret in raw else raw,
+            _scrub(raw, token),
             method=method,
             path=path,
-            retry_after=parse_retry_after(retry_after, clock.now()),
+            retry_after=parse_retry_after(answer_headers.get("Retry-After"), clock.now()),
+            headers=_scrub_headers(answer_headers, token),
         )
     try:
         return parse(raw)
@@ -191,7 +195,23 @@ async def exchange(
             f"{method} {path}: the {status} answer does not decode: {exc}",
             method=method,
             path=path,
+            status=status,
+            headers=_scrub_headers(answer_headers, token),
+            body=_scrub(raw, token),
         ) from exc
+
+
+def _scrub(raw: bytes, token: Secret) -> bytes:
+    secret = token.reveal().encode()
+    return raw.replace(secret, b"***") if secret in raw else raw
+
+
+def _scrub_headers(headers: Mapping[str, str], token: Secret) -> CIMultiDictProxy[str]:
+    """The answer's headers for an error: a read-only copy without the token in them."""
+    secret = token.reveal()
+    return CIMultiDictProxy(
+        CIMultiDict((name, value.replace(secret, "***")) for name, value in headers.items())
+    )
 
 
 def path_id(value: int, name: str) -> int:

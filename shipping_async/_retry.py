@@ -221,6 +221,7 @@ def _budget_taken(error: RateLimitError, attempts: int) -> RateLimitError:
         method=error.method,
         path=error.path,
         retry_after=error.retry_after,
+        headers=error.headers,
     )
     # The message is the point of this error: the limiter kept our own budget, so the
     # 429s mean someone else spends the account's orders.

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import msgspec
@@ -71,12 +73,18 @@ class ConfigurationError(ShippingError, ValueError):
 
 
 class RequestValidationError(ShippingError, ValueError):
-    """A request was refused before sending: ``field`` is the path of the bad value."""
+    """A request was refused before sending, naming every bad value.
 
-    def __init__(self, field: str, reason: str) -> None:
-        self.field = field
-        self.reason = reason
-        super().__init__(f"{field}: {reason}")
+    ``problems`` lists each ``(field, reason)`` pair found (``field`` is the value's path,
+    ``packages[2].width``); ``field`` and ``reason`` are the first of them.
+    """
+
+    def __init__(
+        self, field: str, reason: str, *, problems: list[tuple[str, str]] | None = None
+    ) -> None:
+        self.problems = problems if problems else [(field, reason)]
+        self.field, self.reason = self.problems[0]
+        super().__init__("; ".join(f"{name}: {why}" for name, why in self.problems))
 
 
 class NoPickupWindowError(ShippingError):
@@ -111,8 +119,16 @@ class _ErrorBody(msgspec.Struct):
     errors: Any = None
 
 
+_NO_HEADERS: Mapping[str, str] = MappingProxyType({})
+
+
 class APIStatusError(APIError):
-    """The API answered with an error status. The API's text is in ``error``."""
+    """The API answered with an error status: the whole answer comes with the error.
+
+    ``status``, ``headers`` (the response's, case-insensitive when they came from the
+    wire; never the request's, which carry the token) and ``body`` (raw bytes) are the
+    answer; ``error`` and ``errors`` are the API's texts read from the body.
+    """
 
     status_code: ClassVar[int | None] = None
 
@@ -126,11 +142,13 @@ class APIStatusError(APIError):
         method: str,
         path: str,
         retry_after: float | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self.status = status
         self.error = error
         self.errors = errors
         self.body = body
+        self.headers: Mapping[str, str] = _NO_HEADERS if headers is None else headers
         self.retry_after = retry_after
         detail = f": {error}" if error else ""
         super().__init__(f"{status} on {method} {path}{detail}", method=method, path=path)
@@ -252,7 +270,25 @@ class APITimeoutError(APIConnectionError, TimeoutError):
 
 
 class APIResponseValidationError(APIError):
-    """The API answered, but the body does not decode into the documented shape."""
+    """The API answered, but the body does not decode into the documented shape.
+
+    ``status``, ``headers`` and ``body`` are that answer (``None``/empty when unknown).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        method: str = "",
+        path: str = "",
+        status: int | None = None,
+        headers: Mapping[str, str] | None = None,
+        body: bytes = b"",
+    ) -> None:
+        self.status = status
+        self.headers: Mapping[str, str] = _NO_HEADERS if headers is None else headers
+        self.body = body
+        super().__init__(message, method=method, path=path)
 
 
 class OutcomeUnknownError(APIError):
@@ -300,8 +336,12 @@ def error_for_status(
     method: str,
     path: str,
     retry_after: float | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> APIStatusError:
-    """Build the error for an error response: the class comes from the status table."""
+    """Build the error for an error response: the class comes from the status table.
+
+    ``headers`` are the response's, kept on the error as they came.
+    """
     try:
         parsed = msgspec.json.decode(body, type=_ErrorBody)
     except msgspec.DecodeError:
@@ -327,4 +367,5 @@ def error_for_status(
         method=method,
         path=path,
         retry_after=retry_after,
+        headers=headers,
     )

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import subprocess
+import sys
 import traceback
 from typing import Any
 
@@ -27,7 +30,9 @@ from shipping_async._client import AsyncShippingClient
 from shipping_async.clock import ManualClock, SystemClock
 from shipping_async.errors import (
     APIConnectionError,
+    APIResponseValidationError,
     AuthenticationError,
+    BadRequestError,
     ConfigurationError,
     OrderOutcomeUnknownError,
     ShippingError,
@@ -222,6 +227,33 @@ async def test_a_token_echoed_in_an_error_body_is_scrubbed(mock: aioresponses) -
     assert "Bearer ***" in str(caught.value)
 
 
+async def test_an_error_carries_the_answers_status_headers_and_body(mock: aioresponses) -> None:
+    answer = b'{"success": false, "error": "Invalid input, object invalid"}'
+    headers = {"X-Sandbox-Detail": "order.city: must not be empty", "X-Echo": f"Bearer {TOKEN}"}
+    mock.get(ORDER_7001, status=400, body=answer, headers=headers)
+
+    async with make_client() as client:
+        with pytest.raises(BadRequestError) as caught:
+            await client.orders.get(7001)
+
+    error = caught.value
+    assert (error.status, error.body) == (400, answer)
+    assert error.headers["x-sandbox-detail"] == "order.city: must not be empty"
+    assert error.headers["X-Echo"] == "Bearer ***"
+    assert "Authorization" not in error.headers  # the request's headers never come along
+
+
+async def test_an_undecodable_answer_carries_it_too(mock: aioresponses) -> None:
+    mock.get(ORDER_7001, status=200, body=b'{"order": ', headers={"X-Request-Id": "r-1"})
+
+    async with make_client() as client:
+        with pytest.raises(APIResponseValidationError) as caught:
+            await client.orders.get(7001)
+
+    error = caught.value
+    assert (error.status, error.body, error.headers["x-request-id"]) == (200, b'{"order": ', "r-1")
+
+
 def test_the_secret_hides_itself() -> None:
     secret = _http.Secret(TOKEN)
     assert TOKEN not in f"{secret} {secret!r}"
@@ -246,11 +278,31 @@ async def test_shipping_log_debug_turns_on_a_debug_handler(monkeypatch: pytest.M
 
 async def test_without_shipping_log_no_handler_is_added(monkeypatch: pytest.MonkeyPatch) -> None:
     logger = logging.getLogger("shipping_async")
-    monkeypatch.setattr(logger, "handlers", [])
+    before = list(logger.handlers)
 
     make_client()
 
-    assert logger.handlers == []
+    assert logger.handlers == before
+    assert all(isinstance(handler, logging.NullHandler) for handler in before)
+
+
+def test_the_library_prints_nothing_when_logging_is_unconfigured() -> None:
+    # A real warning of the library (the limiter learning a stricter rate) in a fresh
+    # interpreter where the application configured no logging at all.
+    code = (
+        "import asyncio, logging\n"
+        "from shipping_async import RollingWindowLimiter\n"
+        "async def main():\n"
+        "    await RollingWindowLimiter(20, 60).pause(0, limit=5)\n"
+        "asyncio.run(main())\n"
+        "logging.getLogger('shipping_async.limiter').error('an error too')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "SHIPPING_LOG"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    assert done.stderr == ""
+    assert done.stdout == ""
 
 
 # -- sessions and copies -------------------------------------------------------------------

@@ -160,6 +160,24 @@ def test_validation_names_the_path_of_the_bad_field() -> None:
     assert caught.value.field == "packages[2].width"
 
 
+def test_validation_names_every_problem_not_only_the_first() -> None:
+    packages = [Package(weight=1, width=1, height=1, length=1) for _ in range(3)]
+    packages[0].width = -1
+    packages[2].weight = 0
+    request = quote_request(packages=packages, value_of_goods_currency_id="usd")
+    request.value_of_goods = Decimal(-5)
+
+    with pytest.raises(RequestValidationError) as caught:
+        validate_request(request)
+
+    named = [field for field, _ in caught.value.problems]
+    assert sorted(named) == sorted(
+        ["packages[0].width", "packages[2].weight", "value_of_goods_currency_id", "value_of_goods"]
+    )
+    for field in named:
+        assert field in str(caught.value)
+
+
 def test_a_valid_request_passes_unchanged() -> None:
     request = quote_request()
     assert validate_request(request) is request

@@ -187,8 +187,8 @@ def _nested(data: dict[str, Any], line: int) -> ShipmentJob | InvalidJob:
     except msgspec.ValidationError as exc:
         return InvalidJob(key=key, row=line, error=f"line {line}: {_field_error(exc)}")
     except RequestValidationError as exc:
-        column = _column(exc.field)
-        return InvalidJob(key=key, row=line, error=f"line {line}: field {column}: {exc.reason}")
+        fields = "; ".join(f"field {_column(field)}: {reason}" for field, reason in exc.problems)
+        return InvalidJob(key=key, row=line, error=f"line {line}: {fields}")
     return job
 
 
@@ -203,8 +203,8 @@ def _job_or_error(row: dict[str, str], line: int) -> ShipmentJob | InvalidJob:
     except msgspec.ValidationError as exc:
         return InvalidJob(key=key, row=line, error=f"line {line}: {_field_error(exc)}")
     except RequestValidationError as exc:
-        column = _column(exc.field)
-        return InvalidJob(key=key, row=line, error=f"line {line}: field {column}: {exc.reason}")
+        fields = "; ".join(f"field {_column(field)}: {reason}" for field, reason in exc.problems)
+        return InvalidJob(key=key, row=line, error=f"line {line}: {fields}")
     return job
 
 
@@ -213,7 +213,8 @@ def _validate(job: ShipmentJob) -> None:
         try:
             validate_request(request)
         except RequestValidationError as exc:
-            raise RequestValidationError(f"{part}.{exc.field}", exc.reason) from exc
+            problems = [(f"{part}.{field}", reason) for field, reason in exc.problems]
+            raise RequestValidationError(*problems[0], problems=problems) from exc
 
 
 def _nest(cells: dict[str, str]) -> dict[str, Any]:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import collections.abc
 import functools
 import re
+import types
+import typing
 from datetime import UTC, date, datetime, time
 from typing import Any, TypeVar
 
@@ -149,23 +152,83 @@ _MSGSPEC_PATH = re.compile(r"^(?P<reason>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", r
 def validate_request(request: T) -> T:
     """Check a request against its declared types and constraints, before it is sent.
 
-    Raises ``RequestValidationError`` naming the field path, e.g.
-    ``packages[2].width: Expected `float` > 0.0``. The server's own 400 only ever says
-    "Invalid input, object invalid", so this is the caller's one chance to learn which
-    field is wrong.
+    Raises ``RequestValidationError`` naming every bad field with its path, e.g.
+    ``packages[0].width: Expected `float` > 0.0; packages[2].weight: ...``. The
+    server's own 400 only ever says "Invalid input, object invalid", so this is the
+    caller's one chance to learn which fields are wrong.
     """
-    try:
-        msgspec.convert(
-            msgspec.to_builtins(request, enc_hook=enc_hook),
-            type(request),
-            dec_hook=dec_hook,
-        )
-    except (msgspec.ValidationError, TypeError, ValueError) as exc:
-        match = _MSGSPEC_PATH.match(str(exc))
-        assert match is not None  # the pattern matches any text
-        path = (match["path"] or "").lstrip(".") or type(request).__name__
-        raise RequestValidationError(path, match["reason"]) from exc
+    problems = _problems(msgspec.to_builtins(request, enc_hook=enc_hook), type(request), "")
     check = getattr(request, "check", None)
     if check is not None:
-        check()
+        try:
+            check()
+        except RequestValidationError as exc:
+            problems.extend(exc.problems)
+        except (TypeError, ValueError, AttributeError):
+            # A check on a value of the wrong type: that value is already named.
+            if not problems:
+                raise
+    if problems:
+        field, reason = problems[0]
+        raise RequestValidationError(field, reason, problems=problems)
     return request
+
+
+def _problems(value: Any, type_: Any, path: str) -> list[tuple[str, str]]:
+    """Every ``(path, reason)`` where ``value`` does not convert to ``type_``.
+
+    msgspec stops at the first error; on one, this descends into a struct's fields and a
+    list's items to find the others (only the failing branches are walked again).
+    """
+    try:
+        msgspec.convert(value, type_, dec_hook=dec_hook)
+    except (msgspec.ValidationError, TypeError, ValueError) as exc:
+        first = _one_problem(exc, path, type_)
+    else:
+        return []
+    inner = _unwrap_optional(type_) if value is not None else None
+    if isinstance(inner, type) and issubclass(inner, msgspec.Struct) and isinstance(value, dict):
+        found: list[tuple[str, str]] = []
+        for field in msgspec.structs.fields(inner):
+            where = f"{path}.{field.name}" if path else field.name
+            if field.encode_name not in value:
+                if field.required:
+                    found.append((where, "required and missing"))
+                continue
+            found.extend(_problems(value[field.encode_name], field.type, where))
+        return found or [first]
+    item = _list_item(inner)
+    if item is not None and isinstance(value, list):
+        found = []
+        for index, element in enumerate(value):
+            found.extend(_problems(element, item, f"{path}[{index}]"))
+        # A list-level constraint (min_length) fails with every item fine.
+        return found or [first]
+    return [first]
+
+
+def _one_problem(exc: Exception, path: str, type_: Any) -> tuple[str, str]:
+    match = _MSGSPEC_PATH.match(str(exc))
+    assert match is not None  # the pattern matches any text
+    where = path + (match["path"] or "")
+    name = getattr(type_, "__name__", "request")
+    return where.lstrip(".") or name, match["reason"]
+
+
+def _unwrap_optional(type_: Any) -> Any:
+    """``X | None`` -> ``X``; anything else as is."""
+    args = [arg for arg in typing.get_args(type_) if arg is not type(None)]
+    if typing.get_origin(type_) in (typing.Union, types.UnionType) and len(args) == 1:
+        return _unwrap_optional(args[0])
+    if typing.get_origin(type_) is typing.Annotated:
+        return _unwrap_optional(args[0])
+    return type_
+
+
+def _list_item(type_: Any) -> Any:
+    """The item type of ``list[X]`` (annotated or not), else ``None``."""
+    if typing.get_origin(type_) in (list, tuple, collections.abc.Sequence):
+        args = typing.get_args(type_)
+        if len(args) == 1 or (len(args) == 2 and args[1] is Ellipsis):
+            return args[0]
+    return None
