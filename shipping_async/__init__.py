@@ -50,6 +50,7 @@ from shipping_async.errors import (
 from shipping_async.limiter import (
     OrderLimiter,
     Permit,
+    RemembersSent,
     RollingWindowLimiter,
 )
 from shipping_async.models import (
@@ -149,6 +150,7 @@ __all__ = [
     "QuoteRequest",
     "RateLimitError",
     "RateLimitInfo",
+    "RemembersSent",
     "RequestValidationError",
     "RollingWindowLimiter",
     "SQLiteJournal",

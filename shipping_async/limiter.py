@@ -25,6 +25,7 @@ import asyncio
 import logging
 import math
 from collections import deque
+from collections.abc import Iterable
 from typing import Protocol, runtime_checkable
 from uuid import uuid4
 
@@ -32,7 +33,14 @@ import msgspec
 
 from shipping_async.clock import Clock, SystemClock
 
-__all__ = ["DEFAULT_MARGIN_SHARE", "OrderLimiter", "Permit", "RollingWindowLimiter", "check_rate"]
+__all__ = [
+    "DEFAULT_MARGIN_SHARE",
+    "OrderLimiter",
+    "Permit",
+    "RemembersSent",
+    "RollingWindowLimiter",
+    "check_rate",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -84,6 +92,22 @@ class OrderLimiter(Protocol):
     async def pause(
         self, seconds: float, *, limit: int | None = None, window: float | None = None
     ) -> None: ...
+
+
+@runtime_checkable
+class RemembersSent(Protocol):
+    """A limiter that can be told about orders sent before it existed (by a previous run).
+
+    An in-process limiter starts empty; a run that resumes a journal tells it when the
+    journal's recent order intents were recorded, so that the first wave of the new
+    process cannot land in the server's still-full window. A limiter whose permits
+    outlive the process (the Redis one) needs no such telling and does not implement it.
+    """
+
+    def remember_sent(self, ages: Iterable[float]) -> None:
+        """Count one request per item that reached the server ``age`` seconds ago (this
+        limiter's clock): it holds a permit until ``now - age + window + margin``."""
+        ...
 
 
 class RollingWindowLimiter:
@@ -208,6 +232,21 @@ class RollingWindowLimiter:
         now = self._clock.monotonic()
         if sent:
             self._cooling.append(now)
+        self._wake(now)
+
+    def remember_sent(self, ages: Iterable[float]) -> None:
+        """Count requests sent before this limiter existed, e.g. by a process that died.
+
+        Each ``age`` (seconds ago, on this limiter's clock) holds a permit until
+        ``now - age + window + margin``, exactly as if it had been released then with
+        ``sent=True``. A negative age (a clock that went back) counts as now; ages older
+        than ``window + margin`` hold nothing.
+        """
+        now = self._clock.monotonic()
+        sent = [now - max(0.0, float(age)) for age in ages]
+        if any(math.isnan(at) for at in sent):
+            raise ValueError("ages: must be numbers of seconds, got NaN")
+        self._cooling = deque(sorted([*self._cooling, *sent]))
         self._wake(now)
 
     async def pause(

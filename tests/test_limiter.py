@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shipping_async.clock import ManualClock, SystemClock
-from shipping_async.limiter import OrderLimiter, Permit, RollingWindowLimiter
+from shipping_async.limiter import OrderLimiter, Permit, RemembersSent, RollingWindowLimiter
 
 WINDOW = 60.0
 MARGIN = 1.0
@@ -76,6 +76,39 @@ async def test_first_limit_acquisitions_are_immediate(clock: ManualClock) -> Non
     assert [p.acquired_at for p in permits] == [0.0, 0.0, 0.0]
     assert len({p.id for p in permits}) == 3
     assert limiter.available() == 0
+
+
+async def test_orders_sent_before_a_restart_hold_permits_until_sent_plus_window(
+    clock: ManualClock,
+) -> None:
+    clock.advance(1000)  # a limiter created long after its clock's origin
+    limiter = make_limiter(clock)
+    assert isinstance(limiter, RemembersSent)
+    # A previous process sent three orders 10, 40 and 200 s ago (the last has cooled).
+    limiter.remember_sent([10.0, 40.0, 200.0])
+
+    assert limiter.available() == 1
+    first = await limiter.acquire()
+    assert first.acquired_at == 1000
+    second = await limiter.acquire()  # waits for the one sent 40 s ago
+    assert second.acquired_at == pytest.approx(1000 - 40 + WINDOW + MARGIN)
+    third = await limiter.acquire()  # then the one sent 10 s ago
+    assert third.acquired_at == pytest.approx(1000 - 10 + WINDOW + MARGIN)
+
+
+async def test_remembered_orders_merge_with_the_limiters_own_in_time_order(
+    clock: ManualClock,
+) -> None:
+    limiter = make_limiter(clock, limit=3)
+    own = await limiter.acquire()
+    clock.advance(30)
+    await limiter.release(own, sent=True)  # cools at 30 + 61
+    limiter.remember_sent([20.0, -5.0])  # sent at 10 (cools at 71); a future stamp is now
+
+    assert limiter.available() == 0
+    assert limiter.next_free_at() == pytest.approx(10 + WINDOW + MARGIN)
+    assert (await limiter.acquire()).acquired_at == pytest.approx(10 + WINDOW + MARGIN)
+    assert (await limiter.acquire()).acquired_at == pytest.approx(30 + WINDOW + MARGIN)
 
 
 async def test_next_acquisition_waits_window_plus_margin_after_first_release(

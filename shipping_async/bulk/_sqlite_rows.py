@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
@@ -138,7 +138,7 @@ def store_state(
     """Write ``record`` in ``state`` with ``fields`` added (one attempt more if ``claimed``)."""
     facts: dict[str, Any] = {name: getattr(record, name) for name in JOB_FIELDS}
     facts.update(fields)
-    intent = stamp if state is JobState.ORDERING else None
+    intent = wall_stamp() if state is JobState.ORDERING else None
     cursor = db.execute(
         "UPDATE jobs SET state = ?, facts = ?, retryable = ?, lease_owner = ?, lease_until = ?, "
         "order_intent_at = COALESCE(?, order_intent_at), updated_at = ?, "
@@ -156,6 +156,27 @@ def store_state(
         ],
     )
     return to_record(cursor.fetchone())
+
+
+def wall_stamp(at: datetime | None = None) -> str:
+    """Real wall-clock time (not a sandbox's scaled clock), fixed width so that stamps
+    compare as text: order intents are compared across processes and restarts."""
+    return (at or datetime.now(UTC)).isoformat(timespec="microseconds")
+
+
+def intent_ages(db: sqlite3.Connection, within: float, account: str | None) -> list[float]:
+    """Real seconds since each order intent of the last ``within`` seconds, on this host's
+    wall clock (a stamp in its future counts as just now)."""
+    now = datetime.now(UTC)
+    sql = "SELECT order_intent_at FROM jobs WHERE order_intent_at >= ?"
+    params: list[Any] = [wall_stamp(now - timedelta(seconds=within))]
+    if account is not None:
+        sql += " AND account = ?"
+        params.append(account)
+    return [
+        max(0.0, (now - datetime.fromisoformat(stamp)).total_seconds())
+        for (stamp,) in db.execute(sql, params)
+    ]
 
 
 def to_record(row: tuple[Any, ...]) -> JobRecord:

@@ -131,7 +131,9 @@ class JobRecord(msgspec.Struct, kw_only=True, frozen=True):
     attempts: int = 0  # how many times the job was claimed
     lease_owner: str | None = None
     lease_until: datetime | None = None
-    order_intent_at: datetime | None = None  # when begin_order committed
+    # When begin_order last committed: real wall-clock time (UTC) on the store's clock
+    # (the database's now(), the host's for a file), never a sandbox's scaled clock.
+    order_intent_at: datetime | None = None
     updated_at: datetime | None = None
 
     @property
@@ -240,6 +242,17 @@ class Journal(Protocol):
 
     def records(self, *, states: Collection[JobState] | None = None) -> AsyncIterator[JobRecord]:
         """Every record (in ``states`` if given), streamed in the order jobs were added."""
+        ...
+
+    async def order_intent_ages(self, *, within: float, account: str | None = None) -> list[float]:
+        """How many real seconds ago each order intent of the last ``within`` seconds was
+        recorded (of ``account``'s jobs if given), measured on the store's own clock.
+
+        A run that starts holds an order permit for each (see
+        :meth:`~shipping_async.limiter.RemembersSent.remember_sent`): whatever the
+        previous process sent still counts in the server's window. An intent later
+        withdrawn or answered still counts: the request may have reached the server.
+        """
         ...
 
     async def needs_reconciliation(self) -> list[JobRecord]:

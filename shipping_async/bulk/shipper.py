@@ -13,6 +13,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from pathlib import Path
 
 from shipping_async.bulk._gate import OrderGate
+from shipping_async.bulk._recent_orders import hold_recent_orders
 from shipping_async.bulk.choice import EstimateChooser, cheapest
 from shipping_async.bulk.jobs import InvalidJob, ShipmentJob
 from shipping_async.bulk.journal import JobRecord, JobState, Journal, LeaseLostError
@@ -112,6 +113,7 @@ class BulkShipper:
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.progress = RunProgress()
         self._stop = asyncio.Event()
+        self._remembered = False  # the journal's recent orders are held by the limiter
 
     def stop(self) -> None:
         """Stop gracefully: read no more jobs, start no more orders, finish what is ordered.
@@ -131,6 +133,9 @@ class BulkShipper:
     ) -> AsyncIterator[ShipmentResult]:
         """Ship every job; yields one result per job as it finishes."""
         journal, owned = await self._open_journal()
+        if not self._remembered:  # what a previous process sent still fills the window
+            self._remembered = True
+            await hold_recent_orders(journal, self._client.order_limiter, self._client.clock)
         results: asyncio.Queue[ShipmentResult | None] = asyncio.Queue(self._concurrency)
         clock = self._client.clock
         pipeline = JobPipeline(

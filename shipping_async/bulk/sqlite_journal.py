@@ -43,6 +43,7 @@ from shipping_async.bulk._sqlite_rows import (
     commit_batch,
     connect,
     expire_orders,
+    intent_ages,
     key_chunks,
     placeholders,
     read_page,
@@ -219,6 +220,9 @@ class SQLiteJournal(JournalStore):
             if len(page) < CHUNK:
                 return
             after = page[-1][0]
+
+    async def order_intent_ages(self, *, within: float, account: str | None = None) -> list[float]:
+        return await self._read(functools.partial(intent_ages, within=within, account=account))
 
     async def counts(self) -> dict[JobState, int]:
         def count(db: sqlite3.Connection) -> dict[JobState, int]:

@@ -250,6 +250,17 @@ class PostgresJournal(JournalStore):
                 totals[state] += count
         return totals
 
+    async def order_intent_ages(self, *, within: float, account: str | None = None) -> list[float]:
+        # Measured on the database's clock, the one that stamped the intents.
+        rows = await self._pool.fetch(
+            "SELECT greatest(0, extract(epoch FROM now() - order_intent_at))::float8 AS age "
+            f"FROM {self._jobs} WHERE order_intent_at > now() - make_interval(secs => $1) "
+            "AND ($2::text IS NULL OR account = $2)",
+            float(within),
+            account,
+        )
+        return [row["age"] for row in rows]
+
     async def close(self) -> None:
         if not self._closed:
             self._closed = True

@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Protocol
 
 from shipping_async.bulk._gate import OrderGate
+from shipping_async.bulk._recent_orders import hold_recent_orders
 from shipping_async.bulk.choice import EstimateChooser, cheapest
 from shipping_async.bulk.journal import JobRecord, JobState, Journal, LeaseLostError
 from shipping_async.bulk.pipeline import JobPipeline, ShippingClient, Stopped
@@ -95,6 +96,7 @@ class Worker:
         self.clock: Clock = clock or SystemClock()
         self.progress = RunProgress()
         self.stop_event = asyncio.Event()
+        self.remembered: set[str] = set()  # accounts whose limiter holds the recent orders
 
     def stop(self) -> None:
         """Stop gracefully: claim nothing more, start no more orders, finish what is sent."""
@@ -187,6 +189,11 @@ class _Lane:
     async def run(self) -> None:
         """Claim, ship and renew until the account has no unfinished job or the worker stops."""
         worker = self.worker
+        if self.account not in worker.remembered:  # a previous process's orders still count
+            worker.remembered.add(self.account)
+            await hold_recent_orders(
+                self.journal, self.client.order_limiter, self.clock, account=self.account
+            )
         heartbeat = asyncio.get_running_loop().create_task(self._heartbeat())
         try:
             async with asyncio.TaskGroup() as jobs:

@@ -107,6 +107,26 @@ async def test_batch_time_is_set_by_the_rate_limit_with_no_429() -> None:
         assert bound <= elapsed < bound * 1.1 + 0.6
 
 
+async def test_a_restarted_run_waits_for_the_window_its_predecessor_filled(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "batch.journal"
+    jobs = make_jobs(40)
+    async with SandboxServer(speed=SPEED, seed=8) as sandbox:
+        async with client_for(sandbox) as client:
+            first = await ship_all(BulkShipper(client, journal=path), jobs[:20])
+        assert statuses(sandbox, "POST", "/orders") == {201: 20}
+
+        # A new process: a new client whose limiter starts empty; the server's window is
+        # still full of the first run's 20 orders.
+        async with client_for(sandbox) as client:
+            rest = await ship_all(BulkShipper(client, journal=path), jobs)
+
+        assert Counter(r.status for r in first + rest) == {ResultStatus.DONE: 60}
+        assert statuses(sandbox, "POST", "/orders") == {201: 40}
+        assert orders_created(sandbox) == {job.order.customer_reference: 1 for job in jobs}
+
+
 async def test_a_429_storm_from_another_client_loses_and_duplicates_nothing() -> None:
     async with SandboxServer(speed=SPEED, seed=5) as sandbox, client_for(sandbox) as client:
         stop = asyncio.Event()

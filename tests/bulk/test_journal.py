@@ -67,6 +67,26 @@ async def test_order_intent_is_durable_and_a_crash_after_it_leaves_the_job_unkno
         assert await reopened.claim("worker-2", lease=60, limit=10) == []
 
 
+async def test_order_intents_of_the_last_window_are_listed_with_their_age(path: Path) -> None:
+    async with await SQLiteJournal.open(path) as journal:
+        await journal.add([make_job("A"), make_job("B"), make_job("C")])
+        await journal.claim(W, lease=60, limit=3)
+        for key in ("A", "B"):
+            await journal.record(W, key, JobState.QUOTED, quote_id=1, estimate_id=2)
+            await journal.begin_order(W, key, quote_id=1, estimate_id=2)
+        await journal.record(W, "A", JobState.ORDERED, order_id=9)  # answered: still counts
+
+    # Ages are real seconds on this host's wall clock, whatever clock the run used.
+    async with await SQLiteJournal.open(path) as reopened:
+        ages = await reopened.order_intent_ages(within=60)
+        assert len(ages) == 2
+        assert all(0 <= age < 5 for age in ages)
+        await asyncio.sleep(0.05)
+        assert await reopened.order_intent_ages(within=0.01) == []
+        assert len(await reopened.order_intent_ages(within=60, account="")) == 2
+        assert await reopened.order_intent_ages(within=60, account="other") == []
+
+
 async def test_begin_order_twice_is_refused(path: Path) -> None:
     async with await SQLiteJournal.open(path) as journal:
         await journal.add([make_job("A")])

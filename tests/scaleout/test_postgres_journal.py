@@ -161,6 +161,25 @@ async def test_order_intent_is_recorded_by_the_write_that_claims_the_order_step(
     assert winners[0].order_intent_at is not None
 
 
+async def test_order_intents_of_the_last_window_are_listed_per_account(
+    journal: PostgresJournal,
+) -> None:
+    keys = await add(journal, 2, "a") + await add(journal, 1, "b")
+    await journal.claim("w1", lease=LONG, limit=3)
+    for key in keys:
+        await quoted(journal, "w1", key)
+        await journal.begin_order("w1", key, quote_id=7, estimate_id=70)
+    await journal.finish("w1", keys[0], JobState.UNKNOWN)  # still counts: it may have arrived
+
+    ages = await journal.order_intent_ages(within=60)
+    assert len(ages) == 3
+    assert all(0 <= age < 5 for age in ages)
+    assert len(await journal.order_intent_ages(within=60, account="a")) == 2
+    assert len(await journal.order_intent_ages(within=60, account="b")) == 1
+    await asyncio.sleep(0.05)
+    assert await journal.order_intent_ages(within=0.01) == []
+
+
 async def test_begin_order_only_from_quoted(journal: PostgresJournal) -> None:
     (key,) = await add(journal, 1)
     await journal.claim("w1", lease=LONG, limit=1)
