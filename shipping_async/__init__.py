@@ -3,6 +3,10 @@
 from shipping_async._client import (
     AsyncShippingClient,
 )
+from shipping_async._hooks import (
+    APICall,
+    ClientHooks,
+)
 from shipping_async._version import (
     __version__,
 )
@@ -103,6 +107,7 @@ from shipping_async.webhooks import (
 )
 
 __all__ = [
+    "APICall",
     "APIConnectionError",
     "APIError",
     "APIResponseValidationError",
@@ -115,6 +120,7 @@ __all__ = [
     "BillableWeight",
     "BulkShipper",
     "ClearanceDetail",
+    "ClientHooks",
     "Clock",
     "ConfigurationError",
     "Country",

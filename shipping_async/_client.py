@@ -8,7 +8,7 @@ import dataclasses
 import ipaddress
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, TypeVar, Unpack
 
@@ -16,6 +16,7 @@ import aiohttp
 import msgspec
 from yarl import URL
 
+from shipping_async._hooks import ClientHooks, observe_call
 from shipping_async._http import RequestOptions, Secret, configure_logging, exchange
 from shipping_async._retry import Operation, RetryPolicy, send_with_retries
 from shipping_async.clock import Clock, SystemClock
@@ -109,7 +110,9 @@ class AsyncShippingClient:
     its own on first use and closes it in :meth:`close`. Order creation takes permits from
     ``order_limiter`` (default: 20 per 60 s on ``clock``); pass one limiter to several
     clients to share the account's budget. ``request_rate_limiter`` (an
-    ``aiolimiter.AsyncLimiter``) caps the rate of every other request.
+    ``aiolimiter.AsyncLimiter``) caps the rate of every other request. ``hooks``
+    (:class:`~shipping_async.ClientHooks`) observe every call, e.g. the Prometheus metrics
+    and OpenTelemetry spans of :mod:`shipping_async.telemetry`.
     """
 
     quotes: Quotes
@@ -130,6 +133,7 @@ class AsyncShippingClient:
         request_rate_limiter: AsyncLimiter | None = None,
         retry_base_delay: float = 0.5,
         retry_max_delay: float = 8.0,
+        hooks: Iterable[ClientHooks] = (),
     ) -> None:
         token = token if token is not None else os.environ.get(TOKEN_ENV)
         if not token:
@@ -156,6 +160,7 @@ class AsyncShippingClient:
             order_limiter if order_limiter is not None else RollingWindowLimiter(clock=self._clock)
         )
         self._request_rate_limiter = request_rate_limiter
+        self._hooks = tuple(hooks)
         self._sessions = _SessionHolder(session)
         self._is_copy = False
         self._bind_resources()
@@ -259,27 +264,31 @@ class AsyncShippingClient:
         session = self._sessions.get()
         url = self._base_url + operation.path
         rate = None if order_limited else self._request_rate_limiter
+        observed = observe_call(self._hooks, operation)
 
         async def attempt() -> T:
             if rate is not None:
                 await rate.acquire()
-            return await exchange(
-                session,
-                url=url,
-                method=operation.method,
-                path=operation.path,
-                token=self._token,
-                parse=parse,
-                limits=limits,
-                clock=self._clock,
-                json_body=json_body,
-                form=form,
-            )
+            with observed.attempt():
+                return await exchange(
+                    session,
+                    url=url,
+                    method=operation.method,
+                    path=operation.path,
+                    token=self._token,
+                    parse=parse,
+                    limits=limits,
+                    clock=self._clock,
+                    json_body=json_body,
+                    form=form,
+                    on_status=observed.status,
+                )
 
-        return await send_with_retries(
-            attempt,
-            operation=operation,
-            policy=policy,
-            clock=self._clock,
-            limiter=self._order_limiter if order_limited else None,
-        )
+        with observed:
+            return await send_with_retries(
+                attempt,
+                operation=operation,
+                policy=policy,
+                clock=self._clock,
+                limiter=observed.limiter(self._order_limiter) if order_limited else None,
+            )

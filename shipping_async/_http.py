@@ -28,6 +28,7 @@ from shipping_async.errors import (
     RequestValidationError,
     error_for_status,
 )
+from shipping_async.telemetry.logs import formatter
 
 __all__ = [
     "USER_AGENT",
@@ -93,6 +94,9 @@ def redact(headers: Mapping[str, str]) -> dict[str, str]:
 def configure_logging(level: str | None = None) -> None:
     """Honour ``SHIPPING_LOG=debug|info|warning``: a stderr handler on ``shipping_async``.
 
+    Its lines are JSON objects with ``SHIPPING_LOG_FORMAT=json``
+    (:mod:`shipping_async.telemetry.logs`).
+
     Called by every client; adds the handler once. Without the variable the library only
     logs into whatever handlers the application configured.
     """
@@ -107,7 +111,7 @@ def configure_logging(level: str | None = None) -> None:
         return
     handler = logging.StreamHandler()
     handler.set_name(_HANDLER_NAME)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     _log.addHandler(handler)
 
 
@@ -136,8 +140,11 @@ async def exchange(
     clock: Clock,
     json_body: bytes | None = None,
     form: Callable[[], aiohttp.FormData] | None = None,
+    on_status: Callable[[int], object] | None = None,
 ) -> T:
     """Send one request and return ``parse(body)`` of a 2xx answer.
+
+    ``on_status`` hears the answer's status as soon as it is read (for the client hooks).
 
     Raises the status error for 3xx-5xx (built by
     :func:`~shipping_async.errors.error_for_status`), ``APITimeoutError`` or
@@ -164,6 +171,8 @@ async def exchange(
             status = response.status
             answer_headers = response.headers
             raw = await response.read()
+        if on_status is not None:
+            on_status(status)
     except TimeoutError as exc:  # asyncio's, aiohttp's ServerTimeoutError and subclasses
         raise APITimeoutError(
             f"{method} {path}: no answer within {limits.total:g} s ({type(exc).__name__})",

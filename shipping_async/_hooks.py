@@ -1,0 +1,288 @@
+"""Typed client hooks: what an observer (metrics, traces, logs) sees of every API call.
+
+The SDK itself depends on no metrics or tracing library: it calls the hooks given to
+:class:`~shipping_async.AsyncShippingClient` (``hooks=[...]``), and
+:mod:`shipping_async.telemetry` subscribes Prometheus metrics and OpenTelemetry spans to
+them. Like aiohttp's ``TraceConfig`` signals, every hook receives the :class:`APICall`
+being made; an observer keeps what it needs between two hooks in ``call.state[self]``.
+
+One call (``client.orders.get(7)``) is one ``on_call_start`` and one ``on_call_end``;
+between them each attempt sent is an ``on_request`` and an ``on_response`` (a re-send is
+announced by ``on_retry`` first), and an order creation's limiter permits show as
+``on_permit_waiting`` / ``on_permit_granted`` / ``on_permit_released``. Hooks run
+synchronously in the task making the call: they must be quick and must not raise.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from contextvars import ContextVar, Token
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Final
+
+from shipping_async._retry import Operation
+from shipping_async.errors import (
+    APIConnectionError,
+    APIStatusError,
+    APITimeoutError,
+    OutcomeUnknownError,
+    RateLimitError,
+)
+from shipping_async.limiter import OrderLimiter, Permit
+
+__all__ = ["APICall", "ClientHooks", "current_call", "observe_call", "route_of"]
+
+# An id in a path is a run of digits between slashes: /orders/7001/waybills.
+_ID_SEGMENT: Final = re.compile(r"/\d+(?=/|$)")
+
+
+def route_of(path: str) -> str:
+    """The route template of a concrete path, fit for a bounded label or a span name.
+
+    >>> route_of("/orders/7001/schedule_pickups")
+    '/orders/{id}/schedule_pickups'
+    """
+    return _ID_SEGMENT.sub("/{id}", path)
+
+
+@dataclass(slots=True, eq=False, kw_only=True)
+class APICall:
+    """One API call as the hooks see it; never the token, the URL's host or a body.
+
+    ``operation`` is the SDK's name for it (``create_order``), ``route`` the path template
+    (``/orders/{id}``). ``attempts`` counts the requests sent so far, ``status`` is the
+    last answer's HTTP status (``None`` before one, or after a transport error, whose
+    class name is then in ``error``).
+    """
+
+    operation: str
+    method: str
+    route: str
+    attempts: int = 0
+    status: int | None = None
+    error: str | None = None
+    #: Per-observer scratch space, keyed by the observer: a span, a start time.
+    state: dict[object, object] = field(default_factory=dict)
+
+    @property
+    def retries(self) -> int:
+        """Re-sends so far: attempts beyond the first."""
+        return max(0, self.attempts - 1)
+
+
+_CURRENT: ContextVar[APICall | None] = ContextVar("shipping_async_call", default=None)
+
+
+def current_call() -> APICall | None:
+    """The API call the running task is making, for log records (``None`` outside one)."""
+    return _CURRENT.get()
+
+
+class ClientHooks:
+    """Subclass and override the hooks you observe; the others do nothing.
+
+    >>> class Printer(ClientHooks):
+    ...     def on_response(self, call: APICall, seconds: float) -> None:
+    ...         print(call.method, call.route, call.status, f"{seconds:.3f}")
+    >>> client = AsyncShippingClient(hooks=[Printer()])  # doctest: +SKIP
+
+    Durations are real seconds (``time.perf_counter``), whatever clock the client runs on.
+    """
+
+    def on_call_start(self, call: APICall) -> None:
+        """A client method was called; nothing was sent yet."""
+
+    def on_call_end(self, call: APICall, error: BaseException | None) -> None:
+        """The call returned (``error`` is ``None``) or raised ``error``."""
+
+    def on_request(self, call: APICall) -> None:
+        """An attempt is about to be sent (``call.attempts`` already counts it)."""
+
+    def on_response(self, call: APICall, seconds: float) -> None:
+        """An attempt ended: ``call.status`` (or ``call.error``) says how."""
+
+    def on_retry(self, call: APICall, reason: str) -> None:
+        """The next attempt is a re-send, because of ``reason``.
+
+        Reasons: ``rate_limited`` (429), ``server_error`` (5xx), ``status`` (another
+        status), ``timeout``, ``connection``, ``invalid_response``.
+        """
+
+    def on_rate_limited(self, call: APICall, error: RateLimitError) -> None:
+        """A 429: ``error.limit``/``error.window`` carry what the server's text said."""
+
+    def on_outcome_unknown(self, call: APICall, error: OutcomeUnknownError) -> None:
+        """The request was written but no usable answer came: check before re-sending."""
+
+    def on_permit_waiting(self, call: APICall) -> None:
+        """An order creation starts waiting for an order-limiter permit."""
+
+    def on_permit_granted(self, call: APICall, waited: float | None) -> None:
+        """The permit came after ``waited`` seconds (``None``: cancelled while waiting)."""
+
+    def on_permit_released(self, call: APICall) -> None:
+        """The permit was given back to the limiter."""
+
+    def on_paused(self, call: APICall, seconds: float) -> None:
+        """After a 429 the order limiter grants nothing for ``seconds`` (its clock's)."""
+
+
+def _reason(error: BaseException) -> str:
+    if isinstance(error, RateLimitError) or (
+        isinstance(error, APIStatusError) and error.status == 429
+    ):
+        return "rate_limited"
+    if isinstance(error, APIStatusError):
+        return "server_error" if error.status >= 500 else "status"
+    if isinstance(error, APITimeoutError):
+        return "timeout"
+    if isinstance(error, APIConnectionError):
+        return "connection"
+    return "invalid_response"
+
+
+class _Observed:
+    """One call's events, fanned out to the client's hooks (see :func:`observe_call`)."""
+
+    __slots__ = ("_call", "_hooks", "_reason", "_reset", "_sent_at")
+
+    def __init__(self, hooks: tuple[ClientHooks, ...], operation: Operation) -> None:
+        self._hooks = hooks
+        self._call = APICall(
+            operation=operation.name, method=operation.method, route=route_of(operation.path)
+        )
+        self._reason: str | None = None
+        self._sent_at = 0.0
+        self._reset: Token[APICall | None] | None = None
+
+    # -- the call: ``with observed:`` around the retry loop --------------------------------
+
+    def __enter__(self) -> _Observed:
+        self._reset = _CURRENT.set(self._call)
+        for hook in self._hooks:
+            hook.on_call_start(self._call)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        call = self._call
+        if isinstance(exc, OutcomeUnknownError):
+            for hook in self._hooks:
+                hook.on_outcome_unknown(call, exc)
+        for hook in self._hooks:
+            hook.on_call_end(call, exc)
+        if self._reset is not None:
+            _CURRENT.reset(self._reset)
+
+    # -- one attempt: ``with observed.attempt():`` around the exchange ---------------------
+
+    def attempt(self) -> _Attempt:
+        call = self._call
+        if self._reason is not None:
+            for hook in self._hooks:
+                hook.on_retry(call, self._reason)
+        call.attempts += 1
+        call.status = call.error = None
+        for hook in self._hooks:
+            hook.on_request(call)
+        self._sent_at = time.perf_counter()
+        return _Attempt(self)
+
+    def _answered(self, error: BaseException | None) -> None:
+        seconds = time.perf_counter() - self._sent_at
+        call = self._call
+        if isinstance(error, APIStatusError):
+            call.status = error.status
+        elif error is not None:
+            call.error = type(error.__cause__ or error).__name__
+        self._reason = None if error is None else _reason(error)
+        for hook in self._hooks:
+            hook.on_response(call, seconds)
+        if isinstance(error, RateLimitError):
+            for hook in self._hooks:
+                hook.on_rate_limited(call, error)
+
+    def status(self, status: int) -> None:
+        """The status line of the current attempt's answer arrived."""
+        self._call.status = status
+
+    def limiter(self, limiter: OrderLimiter) -> OrderLimiter:
+        """``limiter`` as this call uses it, its permits and pauses reported."""
+        return _ObservedLimiter(limiter, self._call, self._hooks)
+
+
+class _Attempt:
+    __slots__ = ("_observed",)
+
+    def __init__(self, observed: _Observed) -> None:
+        self._observed = observed
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._observed._answered(exc)
+
+
+class _ObservedLimiter:
+    """The client's order limiter for one call, reporting permits and pauses to the hooks."""
+
+    __slots__ = ("_call", "_hooks", "_limiter")
+
+    def __init__(self, limiter: OrderLimiter, call: APICall, hooks: tuple[ClientHooks, ...]):
+        self._limiter = limiter
+        self._call = call
+        self._hooks = hooks
+
+    @property
+    def limit(self) -> int:
+        return self._limiter.limit
+
+    @property
+    def window(self) -> float:
+        return self._limiter.window
+
+    async def acquire(self, *, front: bool = False) -> Permit:
+        for hook in self._hooks:
+            hook.on_permit_waiting(self._call)
+        started = time.perf_counter()
+        waited: float | None = None
+        try:
+            permit = await self._limiter.acquire(front=front)
+            waited = time.perf_counter() - started
+        finally:
+            for hook in self._hooks:
+                hook.on_permit_granted(self._call, waited)
+        return permit
+
+    async def release(self, permit: Permit, *, sent: bool) -> None:
+        try:
+            await self._limiter.release(permit, sent=sent)
+        finally:
+            for hook in self._hooks:
+                hook.on_permit_released(self._call)
+
+    async def pause(
+        self, seconds: float, *, limit: int | None = None, window: float | None = None
+    ) -> None:
+        await self._limiter.pause(seconds, limit=limit, window=window)
+        for hook in self._hooks:
+            hook.on_paused(self._call, seconds)
+
+
+def observe_call(hooks: tuple[ClientHooks, ...], operation: Operation) -> _Observed:
+    """The observer of one call of ``operation``: ``with`` it around the retry loop,
+    ``with observer.attempt():`` around each exchange, and pass the order limiter through
+    ``observer.limiter(...)``. Without hooks it only marks the call for the log records."""
+    return _Observed(hooks, operation)

@@ -1,0 +1,288 @@
+"""Prometheus metrics of clients and runs (extra ``[metrics]``), served by prometheus_client.
+
+>>> metrics = Metrics()
+>>> client = AsyncShippingClient(hooks=[metrics.client_hooks("acme")])  # doctest: +SKIP
+>>> server = metrics.serve(port=0)  # doctest: +SKIP
+>>> server.port  # doctest: +SKIP
+
+Every name starts with ``shipping_async_``; labels are bounded: ``account`` (as named in
+the jobs; ``""`` is the default account, ``"*"`` all accounts of a journal that cannot
+tell them apart), ``operation`` (the SDK's method names, e.g. ``create_order``),
+``status_class``, ``reason`` and ``state``: never an order id, a key or a path with an id.
+Durations are real seconds. The README lists every metric.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
+from threading import Thread
+from typing import Protocol, runtime_checkable
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from shipping_async._hooks import APICall, ClientHooks
+from shipping_async.bulk.journal import JobRecord, JobState, Journal
+from shipping_async.errors import RateLimitError
+
+__all__ = ["Metrics", "MetricsServer"]
+
+_log = logging.getLogger(__name__)
+
+_PREFIX = "shipping_async"
+# Seconds: API round trips (fast server to a slow gateway) and limiter waits (up to a
+# window or more when many orders queue for the account's budget).
+_REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+_WAIT_BUCKETS = (0.001, 0.01, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+
+@runtime_checkable
+class _CountsByAccount(Protocol):
+    """A journal that can count jobs per account (the PostgreSQL one)."""
+
+    async def counts_by_account(self) -> dict[str, dict[JobState, int]]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsServer:
+    """prometheus_client's HTTP server for ``/metrics``; ``port`` is the one it listens on."""
+
+    host: str
+    port: int
+    _server: WSGIServer
+    _thread: Thread
+
+    def close(self) -> None:
+        """Stop serving and free the port."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+class Metrics:
+    """The metrics of one process, in their own ``registry`` (a fresh one by default).
+
+    Subscribe clients with :meth:`client_hooks`, jobs with :meth:`observe_job`, keep the
+    job gauges fresh with :meth:`watch_journal`, and :meth:`serve` ``/metrics``.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        p = _PREFIX
+        self.requests = Counter(
+            f"{p}_requests",
+            "API requests sent (each attempt), by operation and status class "
+            "(2xx, 4xx, 5xx; 'error': no answer)",
+            ["account", "operation", "status_class"],
+            registry=r,
+        )
+        self.request_duration = Histogram(
+            f"{p}_request_duration_seconds",
+            "Time from sending an API request to its answer (or its failure)",
+            ["account", "operation"],
+            buckets=_REQUEST_BUCKETS,
+            registry=r,
+        )
+        self.retries = Counter(
+            f"{p}_retries",
+            "Requests re-sent by the client, by the reason of the re-send",
+            ["account", "operation", "reason"],
+            registry=r,
+        )
+        self.rate_limited = Counter(
+            f"{p}_rate_limited",
+            "429 answers (the account's order budget was used up)",
+            ["account", "operation"],
+            registry=r,
+        )
+        self.rate_limit_window = Gauge(
+            f"{p}_rate_limit_window_seconds",
+            "The order window the last 429 stated",
+            ["account"],
+            registry=r,
+        )
+        self.rate_limit_orders = Gauge(
+            f"{p}_rate_limit_orders",
+            "The orders per window the last 429 stated",
+            ["account"],
+            registry=r,
+        )
+        self.permits_in_use = Gauge(
+            f"{p}_order_permits_in_use",
+            "Order-limiter permits held by order creations of this process",
+            ["account"],
+            registry=r,
+        )
+        self.permits_waiting = Gauge(
+            f"{p}_order_permits_waiting",
+            "Order creations of this process waiting for an order-limiter permit",
+            ["account"],
+            registry=r,
+        )
+        self.permit_wait = Histogram(
+            f"{p}_order_permit_wait_seconds",
+            "Time an order creation waited for its order-limiter permit",
+            ["account"],
+            buckets=_WAIT_BUCKETS,
+            registry=r,
+        )
+        self.pause = Counter(
+            f"{p}_order_pause_seconds",
+            "Seconds of order-limiter pause imposed after 429s",
+            ["account"],
+            registry=r,
+        )
+        self.outcome_unknown = Counter(
+            f"{p}_outcome_unknown",
+            "Requests written without a usable answer (check before re-sending)",
+            ["account", "operation"],
+            registry=r,
+        )
+        self.orders_created = Counter(
+            f"{p}_orders_created",
+            "Orders the API confirmed as created",
+            ["account"],
+            registry=r,
+        )
+        self.requotes = Counter(
+            f"{p}_estimates_requoted",
+            "Jobs sent back to quoting because their estimate expired",
+            ["account"],
+            registry=r,
+        )
+        self.jobs = Gauge(
+            f"{p}_jobs",
+            "Jobs in the journal by state (read from the journal)",
+            ["account", "state"],
+            registry=r,
+        )
+        self.unknown_jobs = Gauge(
+            f"{p}_unknown_jobs",
+            "Jobs whose order outcome is unknown: reconcile them (shipping-async status)",
+            ["account"],
+            registry=r,
+        )
+
+    def client_hooks(self, account: str = "") -> ClientHooks:
+        """Hooks that count one client's calls under ``account``."""
+        return _ClientMetrics(self, account)
+
+    def observe_job(self, record: JobRecord) -> None:
+        """Count what a job's new state tells: a re-quote sends it back to ``pending``."""
+        if record.state is JobState.PENDING:
+            self.requotes.labels(record.job.account).inc()
+
+    async def refresh_jobs(self, journal: Journal) -> None:
+        """Set the job gauges from the journal's counts (per account when it can tell)."""
+        if isinstance(journal, _CountsByAccount):
+            per_account = await journal.counts_by_account()
+        else:
+            per_account = {"*": await journal.counts()}
+        for account, counts in per_account.items():
+            for state in JobState:
+                self.jobs.labels(account, state.value).set(counts.get(state, 0))
+            self.unknown_jobs.labels(account).set(counts.get(JobState.UNKNOWN, 0))
+
+    @asynccontextmanager
+    async def watch_journal(self, journal: Journal, *, every: float = 5.0) -> AsyncIterator[None]:
+        """Refresh the job gauges now, every ``every`` real seconds, and once at the end.
+
+        A failed refresh is logged and tried again next time: the gauges are a view,
+        and the run must not stop for them.
+        """
+
+        async def refresh() -> None:
+            try:
+                await self.refresh_jobs(journal)
+            except Exception as exc:
+                _log.warning("job gauges not refreshed: %s: %s", type(exc).__name__, exc)
+
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(every)  # infrastructure time, not protocol time
+                await refresh()
+
+        await refresh()
+        task = asyncio.create_task(loop(), name="shipping_async.metrics.journal")
+        try:
+            yield
+        finally:
+            task.cancel()
+            with suppress(asyncio.CancelledError):
+                await task
+            await refresh()
+
+    def serve(self, *, port: int = 0, host: str = "127.0.0.1") -> MetricsServer:
+        """Serve ``/metrics`` with prometheus_client's HTTP server, in a daemon thread.
+
+        ``port=0`` takes a free port: read it from the result's ``port``.
+        """
+        server, thread = start_http_server(port, addr=host, registry=self.registry)
+        return MetricsServer(host, int(server.server_port), server, thread)
+
+
+def _status_class(call: APICall) -> str:
+    return "error" if call.status is None else f"{call.status // 100}xx"
+
+
+class _ClientMetrics(ClientHooks):
+    """The client hooks of :class:`Metrics` for one account; label children are cached."""
+
+    def __init__(self, metrics: Metrics, account: str) -> None:
+        self._m = metrics
+        self._account = account
+        self._in_use = metrics.permits_in_use.labels(account)
+        self._waiting = metrics.permits_waiting.labels(account)
+        self._wait = metrics.permit_wait.labels(account)
+        self._durations: dict[str, Histogram] = {}
+        self._requests: dict[tuple[str, str], Counter] = {}
+
+    def on_response(self, call: APICall, seconds: float) -> None:
+        key = (call.operation, _status_class(call))
+        counter = self._requests.get(key)
+        if counter is None:
+            counter = self._requests[key] = self._m.requests.labels(self._account, *key)
+        counter.inc()
+        histogram = self._durations.get(call.operation)
+        if histogram is None:
+            histogram = self._durations[call.operation] = self._m.request_duration.labels(
+                self._account, call.operation
+            )
+        histogram.observe(seconds)
+
+    def on_call_end(self, call: APICall, error: BaseException | None) -> None:
+        if error is None and call.operation == "create_order":
+            self._m.orders_created.labels(self._account).inc()
+
+    def on_retry(self, call: APICall, reason: str) -> None:
+        self._m.retries.labels(self._account, call.operation, reason).inc()
+
+    def on_rate_limited(self, call: APICall, error: RateLimitError) -> None:
+        self._m.rate_limited.labels(self._account, call.operation).inc()
+        if error.window is not None:
+            self._m.rate_limit_window.labels(self._account).set(error.window)
+        if error.limit is not None:
+            self._m.rate_limit_orders.labels(self._account).set(error.limit)
+
+    def on_outcome_unknown(self, call: APICall, error: BaseException) -> None:
+        self._m.outcome_unknown.labels(self._account, call.operation).inc()
+
+    def on_permit_waiting(self, call: APICall) -> None:
+        self._waiting.inc()
+
+    def on_permit_granted(self, call: APICall, waited: float | None) -> None:
+        self._waiting.dec()
+        if waited is not None:
+            self._in_use.inc()
+            self._wait.observe(waited)
+
+    def on_permit_released(self, call: APICall) -> None:
+        self._in_use.dec()
+
+    def on_paused(self, call: APICall, seconds: float) -> None:
+        self._m.pause.labels(self._account).inc(seconds)

@@ -1,0 +1,157 @@
+"""OpenTelemetry spans, collected with the SDK's in-memory exporter: per call and per job stage."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import aiohttp
+import pytest
+from aioresponses import aioresponses
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+from resources.support import BASE_URL, TOKEN, MockAPI, make_client, order, order_request
+
+from shipping_async.errors import OrderOutcomeUnknownError
+from shipping_async.telemetry._scope import job_stage
+from shipping_async.telemetry.traces import ClientTracing
+
+ORDER_7001 = BASE_URL + "/orders/7001"
+
+
+@pytest.fixture
+def mock() -> Any:
+    with MockAPI() as mocked:
+        yield mocked
+
+
+@pytest.fixture
+def exporter() -> Iterator[InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    yield exporter
+    exporter.clear()
+
+
+@pytest.fixture
+def tracing(exporter: InMemorySpanExporter) -> ClientTracing:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return ClientTracing(account="acme", tracer_provider=provider)
+
+
+def everything_in(span: ReadableSpan) -> str:
+    return repr((span.name, dict(span.attributes or {}), span.status, span.events))
+
+
+async def test_one_client_span_per_call_with_route_status_and_retries(
+    mock: aioresponses, tracing: ClientTracing, exporter: InMemorySpanExporter
+) -> None:
+    mock.get(ORDER_7001, status=503, body=b"")
+    mock.get(ORDER_7001, payload={"order": order()})
+    mock.post(BASE_URL + "/orders", status=201, payload={"order": order()})
+
+    async with make_client(hooks=[tracing]) as client:
+        await client.orders.get(7001)
+        await client.orders.create(order_request())
+
+    got, created = exporter.get_finished_spans()
+    assert got.name == "GET /orders/{id}"
+    assert got.kind is SpanKind.CLIENT
+    assert got.attributes == {
+        "http.request.method": "GET",
+        "url.template": "/orders/{id}",
+        "shipping_async.operation": "get_order",
+        "shipping_async.account": "acme",
+        "http.response.status_code": 200,
+        "shipping_async.retries": 1,
+    }
+    assert created.name == "POST /orders"
+    assert created.attributes is not None
+    assert created.attributes["http.response.status_code"] == 201
+    assert created.attributes["shipping_async.retries"] == 0
+
+
+async def test_a_failed_call_names_its_error_but_not_the_token_address_or_host(
+    mock: aioresponses, tracing: ClientTracing, exporter: InMemorySpanExporter
+) -> None:
+    mock.post(BASE_URL + "/orders", exception=aiohttp.ServerDisconnectedError())
+
+    async with make_client(hooks=[tracing]) as client:
+        with pytest.raises(OrderOutcomeUnknownError):
+            await client.orders.create(order_request())
+
+    (span,) = exporter.get_finished_spans()
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.attributes is not None
+    assert span.attributes["error.type"] == "OrderOutcomeUnknownError"
+    text = everything_in(span)
+    for secret in (TOKEN, "api.shipping.test", "Main Street", "Ada Lovelace", "PO-2026-0001"):
+        assert secret not in text
+
+
+async def test_job_stage_spans_hold_the_job_key_and_parent_the_call_spans(
+    mock: aioresponses, exporter: InMemorySpanExporter
+) -> None:
+    # job_stage uses the global tracer provider, which OpenTelemetry lets be set once.
+    from opentelemetry import trace
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    mock.get(ORDER_7001, payload={"order": order()})
+
+    async with make_client(hooks=[ClientTracing()]) as client:
+        with job_stage("waybill", "A-17", "acme"):
+            await client.orders.get(7001)
+
+    call, stage = exporter.get_finished_spans()
+    assert stage.name == "shipping_async.job.waybill"
+    assert stage.attributes == {
+        "shipping_async.job.key": "A-17",
+        "shipping_async.job.stage": "waybill",
+        "shipping_async.account": "acme",
+    }
+    assert call.parent is not None
+    assert stage.context is not None
+    assert call.parent.span_id == stage.context.span_id
+    assert TOKEN not in everything_in(call) + everything_in(stage)
+
+
+@pytest.mark.parametrize(
+    ("setup", "check"),
+    [
+        pytest.param(
+            "sys.modules['opentelemetry'] = None",
+            "assert current_job() == JobScope('A-1', 'acme', 'order')",
+            id="otel-absent",
+        ),
+        pytest.param(
+            "from opentelemetry import trace",
+            "assert not trace.get_current_span().is_recording()",
+            id="otel-unconfigured",
+        ),
+    ],
+)
+def test_stages_work_unchanged_without_opentelemetry_or_its_configuration(
+    setup: str, check: str
+) -> None:
+    script = "\n".join(
+        [
+            "import sys",
+            setup,
+            "import shipping_async",
+            "from shipping_async.telemetry._scope import JobScope, current_job, job_stage",
+            "with job_stage('order', 'A-1', 'acme'):",
+            f"    {check}",
+            "assert current_job() is None",
+            "print('ok')",
+        ]
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "ok"), done.stderr
