@@ -1,10 +1,11 @@
 """Webhook deliveries: POST each event to every subscribed active webhook, with retries.
 
-A non-2xx answer, a connection error or no answer within ``delivery_timeout`` is a failure.
-After a failure the delivery is retried ``len(retry_delays)`` times, each retry
-``retry_delays[i]`` seconds (sandbox clock) after the previous failure. When the last retry
-fails the webhook becomes ``failing`` and no further delivery goes to it (attempts already
-waiting for it are skipped). Every attempt is recorded for the control API.
+A non-2xx answer (a redirect included: it is never followed), a connection error or no
+answer within ``delivery_timeout`` is a failure. After a failure the delivery is retried
+``len(retry_delays)`` times, each retry ``retry_delays[i]`` seconds (sandbox clock) after
+the previous failure. When the last retry fails the webhook becomes ``failing`` and no
+further delivery goes to it (attempts already waiting for it are skipped). Every attempt
+is recorded for the control API.
 
 Deliveries run in tasks owned by the :class:`Dispatcher`; ``close()`` cancels and awaits
 them, so no task outlives the app.
@@ -195,7 +196,13 @@ class Dispatcher:
     async def _post(self, url: str, body: dict[str, Any]) -> int:
         if self._session is None:
             self._session = aiohttp.ClientSession()
+        # Never follow a redirect: a 3xx is a non-2xx answer, so the attempt failed and is
+        # retried (section 6). Following it would count a 302's GET as delivered (the event
+        # lost) or re-post a 307's body, webhook token included, to another address.
         async with self._session.post(
-            url, data=encode(body), headers={"Content-Type": "application/json"}
+            url,
+            data=encode(body),
+            headers={"Content-Type": "application/json"},
+            allow_redirects=False,
         ) as response:
             return response.status

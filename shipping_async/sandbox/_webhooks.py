@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
+import re
+
 import msgspec
 from aiohttp import web
 from yarl import URL
@@ -22,6 +25,20 @@ __all__ = ["EVENTS", "routes", "validate_webhook"]
 #: The event names of spec 6.
 EVENTS = ("shipment.updated.status", "shipment.updated.waybill")
 _decoder = msgspec.json.Decoder(WebhookRequest)
+#: One DNS label (RFC 1123, underscores tolerated as resolvers do): no space, no brackets.
+_LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
+
+
+def _valid_host(host: str | None) -> bool:
+    """An IP address or a DNS name of valid labels (``host`` in its IDNA, ASCII form)."""
+    if not host:
+        return False
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        name = host.removesuffix(".")
+        return len(name) <= 253 and all(_LABEL.fullmatch(label) for label in name.split("."))
+    return True
 
 
 def validate_webhook(body: WebhookBody) -> list[str]:
@@ -29,7 +46,11 @@ def validate_webhook(body: WebhookBody) -> list[str]:
     errors: list[str] = []
     try:
         url = URL(body.target_url)
-        valid_url = url.scheme in ("http", "https") and bool(url.host) and url.is_absolute()
+        # yarl keeps whatever stands between "//" and the path as the host, spaces and
+        # angle brackets included: check it is a host a delivery could be sent to.
+        valid_url = (
+            url.scheme in ("http", "https") and url.is_absolute() and _valid_host(url.raw_host)
+        )
     except ValueError:
         valid_url = False
     if not valid_url:

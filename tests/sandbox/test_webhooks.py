@@ -10,6 +10,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from shipping_async.sandbox import SandboxServer
 
@@ -103,6 +104,17 @@ async def test_unknown_webhook_is_404(api: Api, method: str) -> None:
         ),
         pytest.param(_hook("not a url"), _unprocessable("Target url is invalid"), id="not-a-url"),
         pytest.param(_hook("https://"), _unprocessable("Target url is invalid"), id="no-host"),
+        pytest.param(
+            _hook("https://exa mple.com/hooks"),
+            _unprocessable("Target url is invalid"),
+            id="space-in-host",
+        ),
+        pytest.param(
+            _hook("http://<script>/hooks"), _unprocessable("Target url is invalid"), id="brackets"
+        ),
+        pytest.param(
+            _hook("https://a>b.example.com/"), _unprocessable("Target url is invalid"), id="gt"
+        ),
         pytest.param(
             _hook(events=["foo", "shipment.updated.status", "bar"]),
             _unprocessable("Events not permitted: foo, bar"),
@@ -288,6 +300,43 @@ async def test_a_retry_that_succeeds_keeps_the_webhook_active(
     assert results == ["http_error", "http_error", "delivered"]  # a 3xx is not a 2xx
     fetched = await api.call("GET", f"/webhooks/{webhook['id']}")
     assert fetched.body["webhook"]["status"] == "active"
+
+
+@pytest.mark.parametrize("status", [302, 307])
+async def test_a_redirect_is_a_failed_delivery_retried_and_never_followed(
+    fast_api: Api, status: int
+) -> None:
+    api = fast_api
+    followed: list[str] = []
+
+    async def redirect(request: web.Request) -> web.Response:
+        return web.Response(status=status, headers={"Location": "/elsewhere"})
+
+    async def elsewhere(request: web.Request) -> web.Response:
+        followed.append(request.method)  # a 307 would re-post the body, token included
+        return web.Response(status=200)
+
+    app = web.Application()
+    app.router.add_post("/hook", redirect)
+    app.router.add_route("*", "/elsewhere", elsewhere)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}/hook"
+        webhook = await _register(api, url, ["shipment.updated.status"])
+        await api.order()
+        await api.server.control.wait_for_deliveries()
+    finally:
+        await runner.cleanup()
+
+    attempts = api.server.control.deliveries()
+    assert [(a.attempt, a.status, a.result) for a in attempts] == [
+        (attempt, status, "http_error") for attempt in range(1, 6)
+    ]
+    assert followed == []
+    fetched = await api.call("GET", f"/webhooks/{webhook['id']}")
+    assert fetched.body["webhook"]["status"] == "failing"
 
 
 async def test_no_answer_within_the_timeout_is_a_failure(receiver: Receiver) -> None:
