@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import msgspec
 import pytest
@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 from shipping_async.models.webhooks import WebhookEvent
 from shipping_async.webhooks import (
     DEFAULT_MAX_BODY_SIZE,
+    MIN_FRESHNESS_WINDOW,
+    WebhookError,
     WebhookPayloadError,
     WebhookTokenError,
     WebhookTooLargeError,
@@ -226,3 +228,95 @@ def test_a_token_is_accepted_exactly_when_it_equals_the_webhooks(sent: str, expe
     else:
         assert sent == expected
         assert event.token == expected
+
+
+def _with_raw(field: str, raw: bytes) -> bytes:
+    """A documented body whose ``field`` string holds ``raw`` bytes as sent (not escaped)."""
+    marker = "\u2603"
+    body = msgspec.json.encode(event_fields(**{field: marker}))
+    return body.replace(marker.encode(), raw)
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        pytest.param(_with_raw("updated_value", b"\xff\xfe"), "", id="invalid-utf8-in-a-string"),
+        pytest.param(_with_raw("token", b"\xc3"), "", id="truncated-utf8-in-the-token"),
+        pytest.param(b'{"pad":' + b"[" * 30_000, "", id="30000-nested-arrays"),
+        pytest.param(b'{"pad":' + b'{"a":' * 10_000, "", id="nested-objects"),
+        pytest.param(
+            msgspec.json.encode(event_fields(updated_at_utc="9999-12-31T23:59:59-23:59")),
+            "$.updated_at_utc",
+            id="timestamp-past-year-9999-in-utc",
+        ),
+        pytest.param(
+            msgspec.json.encode(event_fields(updated_at_utc="0001-01-01T00:00:00+23:59")),
+            "$.updated_at_utc",
+            id="timestamp-before-year-1-in-utc",
+        ),
+    ],
+)
+def test_hostile_bodies_are_payload_errors(body: bytes, field: str) -> None:
+    with pytest.raises(WebhookPayloadError) as caught:
+        parse_event(body, TOKEN)
+
+    assert caught.value.http_status == 400
+    assert caught.value.field == field
+
+
+def test_event_older_than_max_age_is_refused_naming_the_timestamp(make_body: BodyFactory) -> None:
+    sent = datetime(2026, 1, 5, 9, 0, 0, 123000, tzinfo=UTC)
+    window = timedelta(minutes=5)
+
+    assert parse_event(make_body(), TOKEN, max_age=window, now=sent + window).object_id == 4201
+    for now in (sent + window + timedelta(seconds=1), sent - window - timedelta(seconds=1)):
+        with pytest.raises(WebhookPayloadError) as caught:
+            parse_event(make_body(), TOKEN, max_age=window, now=now)
+        assert caught.value.field == "$.updated_at_utc"
+
+
+def test_freshness_is_checked_after_the_token(make_body: BodyFactory) -> None:
+    far_future = datetime(2100, 1, 1, tzinfo=UTC)
+
+    with pytest.raises(WebhookTokenError):
+        parse_event(
+            make_body(token="whk_forged"), TOKEN, max_age=timedelta(minutes=5), now=far_future
+        )
+
+
+def test_minimum_freshness_window_covers_the_apis_retry_horizon() -> None:
+    retries = sum((20, 40, 60, 80))  # section 8
+
+    assert MIN_FRESHNESS_WINDOW.total_seconds() > retries
+
+
+_offsets = st.integers(-(23 * 60 + 59), 23 * 60 + 59).map(
+    lambda minutes: f"{'+' if minutes >= 0 else '-'}{abs(minutes) // 60:02}:{abs(minutes) % 60:02}"
+)
+_timestamps = st.builds(
+    lambda at, offset: at.isoformat(timespec="milliseconds") + offset,
+    st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31, 23, 59, 59)),
+    _offsets,
+)
+_hostile_bodies = st.one_of(
+    st.binary(max_size=512),
+    st.builds(
+        _with_raw, st.sampled_from(sorted(event_fields())), st.binary(min_size=1, max_size=8)
+    ),
+    st.builds(
+        lambda opener, depth: b'{"pad":' + opener * depth,
+        st.sampled_from([b"[", b'{"a":', b"[{", b'["x",']),
+        st.integers(1, 40_000),
+    ),
+    _timestamps.map(lambda at: msgspec.json.encode(event_fields(updated_at_utc=at))),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(body=_hostile_bodies)
+def test_hostile_bodies_raise_only_webhook_errors(body: bytes) -> None:
+    try:
+        event = parse_event(body, TOKEN, max_age=MIN_FRESHNESS_WINDOW)
+    except WebhookError:
+        return
+    assert event.token == TOKEN
