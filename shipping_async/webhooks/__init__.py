@@ -15,7 +15,12 @@
 """
 
 from shipping_async.models.webhooks import EventType, Webhook, WebhookEvent
-from shipping_async.webhooks._dedupe import DEFAULT_DEDUPE_SIZE, EventDeduplicator, event_key
+from shipping_async.webhooks._dedupe import (
+    DEDUPE_BYTES_PER_EVENT,
+    DEFAULT_DEDUPE_SIZE,
+    EventDeduplicator,
+    event_key,
+)
 from shipping_async.webhooks._errors import (
     WebhookError,
     WebhookPayloadError,
@@ -23,7 +28,11 @@ from shipping_async.webhooks._errors import (
     WebhookTooLargeError,
 )
 from shipping_async.webhooks._legs import LegMatch, find_moved_leg, match_leg
-from shipping_async.webhooks._parse import DEFAULT_MAX_BODY_SIZE, parse_event
+from shipping_async.webhooks._parse import (
+    DEFAULT_MAX_BODY_SIZE,
+    MIN_FRESHNESS_WINDOW,
+    parse_event,
+)
 from shipping_async.webhooks._receiver import (
     WEBHOOK_RECEIVER,
     ReceiverStats,
@@ -35,8 +44,10 @@ from shipping_async.webhooks._receiver import (
 from shipping_async.webhooks._setup import ensure_webhook
 
 __all__ = [
+    "DEDUPE_BYTES_PER_EVENT",
     "DEFAULT_DEDUPE_SIZE",
     "DEFAULT_MAX_BODY_SIZE",
+    "MIN_FRESHNESS_WINDOW",
     "WEBHOOK_RECEIVER",
     "EventDeduplicator",
     "EventType",

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
+import tracemalloc
 from collections.abc import AsyncIterator
 from unittest import mock
 
 import aiohttp
+import msgspec
 import pytest
 from aiohttp import web
 from aiohttp.streams import StreamReader
@@ -15,6 +18,7 @@ from aiohttp.test_utils import make_mocked_request
 
 from shipping_async.models.webhooks import WebhookEvent
 from shipping_async.webhooks import (
+    DEDUPE_BYTES_PER_EVENT,
     WEBHOOK_RECEIVER,
     WebhookReceiver,
     WebhookTooLargeError,
@@ -23,7 +27,7 @@ from shipping_async.webhooks import (
 )
 from shipping_async.webhooks._receiver import _read_body
 
-from .support import TOKEN, BodyFactory, Serve
+from .support import TOKEN, BodyFactory, Serve, event_fields
 
 
 class Recorder:
@@ -406,3 +410,69 @@ def test_receiver_without_a_token_is_refused() -> None:
 
 def test_receiver_repr_hides_the_token() -> None:
     assert TOKEN not in repr(WebhookReceiver(Recorder(), token=TOKEN))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(
+            b'{"object_type":"order","updated_value":"\xff\xfe","token":"x"}', id="invalid-utf8"
+        ),
+        pytest.param(b'{"pad":' + b"[" * 30_000, id="30000-nested-arrays"),
+        pytest.param(
+            msgspec.json.encode(event_fields(updated_at_utc="9999-12-31T23:59:59-23:59")),
+            id="timestamp-overflowing-utc",
+        ),
+    ],
+)
+async def test_malformed_body_is_a_400_with_one_log_line_and_no_traceback(
+    serve: Serve, http: aiohttp.ClientSession, body: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    recorder = Recorder()
+    url, receiver = await started(serve, recorder)
+
+    with caplog.at_level(logging.DEBUG):
+        async with http.post(url, data=body) as response:
+            assert response.status == 400
+            assert "Traceback" not in await response.text()
+
+    lines = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 1
+    assert lines[0].exc_info is None
+    assert receiver.stats.bad_payload == 1
+    assert recorder.events == []
+
+
+async def test_remembered_events_cost_a_fixed_size_whatever_their_values(
+    serve: Serve, http: aiohttp.ClientSession, make_body: BodyFactory
+) -> None:
+    async def drop(event: WebhookEvent) -> None:
+        pass
+
+    app = create_webhook_app(drop, token=TOKEN)
+    url = await serve(app) + "/webhooks"
+    receiver = app[WEBHOOK_RECEIVER]
+    big = "x" * 30_000  # two such values: a 60 kB body, under the 64 KiB limit
+
+    async def send(order_ids: range) -> None:
+        for order_id in order_ids:
+            body = make_body(object_id=order_id, original_value=big, updated_value=big)
+            async with http.post(url, data=body) as response:
+                assert response.status // 100 == 2
+        await receiver.join()
+
+    await send(range(20))  # warm up the connection and aiohttp's buffers
+    tracemalloc.start()
+    try:
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        await send(range(20, 220))
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+
+    assert receiver.dedupe is not None
+    assert len(receiver.dedupe) == 220
+    # 200 events of 60 kB each: 12 MB if values were kept; digests take ~40 kB.
+    assert grown < 200 * DEDUPE_BYTES_PER_EVENT + 256 * 1024, grown
