@@ -7,7 +7,6 @@ spec 7 for invalid input.
 
 from __future__ import annotations
 
-import hmac
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Unpack
@@ -16,16 +15,11 @@ from aiohttp import web
 
 from shipping_async.clock import Clock, ScaledClock
 from shipping_async.sandbox import _orders, _pickups, _quotes, _webhooks
+from shipping_async.sandbox._accounts import Accounts, TokensSpec
 from shipping_async.sandbox._config import SandboxConfig, SandboxOptions
 from shipping_async.sandbox._control import CONTROL_PREFIX, control_errors
 from shipping_async.sandbox._control import routes as control_routes
-from shipping_async.sandbox._core import (
-    API_PREFIX,
-    SANDBOX_KEY,
-    Sandbox,
-    api_path,
-    generate_token,
-)
+from shipping_async.sandbox._core import ACCOUNT_KEY, API_PREFIX, SANDBOX_KEY, Sandbox, api_path
 from shipping_async.sandbox._faults import Fault
 from shipping_async.sandbox._log import RequestRecord, note, noting
 from shipping_async.sandbox._wire import (
@@ -71,6 +65,7 @@ async def _request_log(request: web.Request, handler: _Handler) -> web.StreamRes
             record.customer_reference = details.customer_reference
             record.order_id = details.order_id
             record.detail = details.detail
+            record.account = details.account
             if response is not None and details.fault not in _DROPS:
                 record.status = response.status
 
@@ -92,17 +87,19 @@ async def _json_errors(request: web.Request, handler: _Handler) -> web.StreamRes
         return error_response(500, "Internal sandbox error; see the sandbox log")
 
 
-def _authorized(request: web.Request, token: str) -> bool:
+def _account(request: web.Request, accounts: Accounts) -> str | None:
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(
-        given.strip().encode(), token.encode()
-    )
+    if scheme.lower() != "bearer":
+        return None
+    return accounts.account_of(given.strip())
 
 
 @web.middleware
 async def _auth(request: web.Request, handler: _Handler) -> web.StreamResponse:
-    guarded = _is_api(request) or request.path.startswith(CONTROL_PREFIX + "/")
-    if guarded and not _authorized(request, request.app[SANDBOX_KEY].token):
+    if not (_is_api(request) or request.path.startswith(CONTROL_PREFIX + "/")):
+        return await handler(request)
+    account = _account(request, request.app[SANDBOX_KEY].accounts)
+    if account is None:
         if "Authorization" not in request.headers:
             text = "Access token missing: send the header Authorization: Bearer <token>"
         else:
@@ -110,6 +107,8 @@ async def _auth(request: web.Request, handler: _Handler) -> web.StreamResponse:
         response = error_response(401, text)
         response.headers["WWW-Authenticate"] = 'Bearer realm="shipping-sandbox"'
         return response
+    request[ACCOUNT_KEY] = account
+    note().account = account
     return await handler(request)
 
 
@@ -166,6 +165,7 @@ async def _invalid_input(request: web.Request, handler: _Handler) -> web.StreamR
 def create_app(
     *,
     token: str | None = None,
+    tokens: TokensSpec | None = None,
     clock: Clock | None = None,
     speed: float = 1.0,
     seed: int | None = None,
@@ -177,14 +177,20 @@ def create_app(
     object is ``app[SANDBOX_KEY]`` (its ``token`` is the one to send) and
     ``SandboxControl(app[SANDBOX_KEY])`` is the in-process control handle.
 
+    ``tokens`` makes several accounts instead of one, each with its own POST /orders
+    budget: a count (``account-1`` ... with generated tokens, reproducible from ``seed``),
+    a list of tokens (one account each) or a mapping account -> token(s); the accounts
+    are ``app[SANDBOX_KEY].accounts``. Give ``token`` or ``tokens``, not both.
+
     >>> app = create_app(token="t0ken", speed=100, rate_mode="fixed")
+    >>> app = create_app(tokens={"acme": "t1", "globex": "t2"}, speed=100)
     """
     if clock is None:
         clock = ScaledClock(speed)
     elif speed != 1.0:
         raise ValueError("pass either clock or speed: speed only builds the default clock")
     sandbox = Sandbox(
-        token=token or generate_token(seed),
+        accounts=Accounts.build(token=token, tokens=tokens, seed=seed),
         clock=clock,
         seed=seed,
         config=SandboxConfig(**options),

@@ -48,7 +48,7 @@ DEFAULT_HUB_LANES: tuple[HubLane, ...] = (
 class SandboxConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Every tunable of the sandbox; durations are seconds of the sandbox clock."""
 
-    #: POST /orders: at most ``rate_limit`` requests per ``rate_window`` seconds per token.
+    #: POST /orders: at most ``rate_limit`` requests per ``rate_window`` seconds per account.
     rate_limit: int = 20
     rate_window: float = 60.0
     rate_mode: RateMode = "sliding"

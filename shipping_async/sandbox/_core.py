@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import random
-import secrets
-
 from aiohttp import web
 
 from shipping_async.clock import Clock
+from shipping_async.sandbox._accounts import Accounts, generate_token
 from shipping_async.sandbox._config import SandboxConfig
 from shipping_async.sandbox._delivery import Dispatcher
 from shipping_async.sandbox._faults import FaultBook
@@ -15,7 +13,7 @@ from shipping_async.sandbox._log import RequestLog
 from shipping_async.sandbox._ratelimit import RateLimiter
 from shipping_async.sandbox._state import Order, Quote, Store, Webhook
 
-__all__ = ["API_PREFIX", "SANDBOX_KEY", "Sandbox", "api_path", "generate_token"]
+__all__ = ["ACCOUNT_KEY", "API_PREFIX", "SANDBOX_KEY", "Sandbox", "api_path", "generate_token"]
 
 #: Every API path starts here; base_url ends with it.
 API_PREFIX = "/client_api/v2"
@@ -26,22 +24,27 @@ def api_path(request: web.Request) -> str:
     return request.path.removeprefix(API_PREFIX)
 
 
-def generate_token(seed: int | None) -> str:
-    """An API token: reproducible from ``seed``, else from the system's secure source."""
-    if seed is None:
-        return "sbx_" + secrets.token_hex(16)
-    # A separate stream from the store's, so a reset does not change the API token.
-    return "sbx_" + random.Random(f"token:{seed}").randbytes(16).hex()
-
-
 class Sandbox:
     """One simulated service: what the handlers, the control API and the handle share."""
 
-    __slots__ = ("clock", "config", "dispatcher", "faults", "limiter", "log", "seed", "store",
-                 "token")  # fmt: skip
+    __slots__ = ("accounts", "clock", "config", "dispatcher", "faults", "limiter", "log", "seed",
+                 "store")  # fmt: skip
 
-    def __init__(self, *, token: str, clock: Clock, seed: int | None, config: SandboxConfig):
-        self.token = token
+    def __init__(
+        self,
+        *,
+        token: str | None = None,
+        clock: Clock,
+        seed: int | None,
+        config: SandboxConfig,
+        accounts: Accounts | None = None,
+    ):
+        if accounts is None:
+            accounts = Accounts.build(token=token, tokens=None, seed=seed)
+        elif token is not None:
+            raise ValueError("pass either token or accounts, not both")
+        #: The tokens accepted and the account (order budget) of each.
+        self.accounts = accounts
         self.clock = clock
         self.seed = seed
         self.config = config
@@ -52,6 +55,11 @@ class Sandbox:
         self.faults = FaultBook()
         self.log = RequestLog()
         self.dispatcher = Dispatcher(clock, config, self._webhook)
+
+    @property
+    def token(self) -> str:
+        """The first token accepted (the only one unless several were given)."""
+        return self.accounts.tokens[0]
 
     def _webhook(self, webhook_id: int) -> Webhook | None:
         return self.store.webhooks.get(webhook_id)
@@ -86,13 +94,16 @@ class Sandbox:
             self.emit(order, "shipment.updated.status", original, status)
 
     async def reset(self) -> None:
-        """Back to an empty sandbox: same token, seed and config; ids replay from the seed."""
+        """Back to an empty sandbox: same tokens, seed and config; ids replay from the seed."""
         await self.dispatcher.reset()
         self.store = Store(self.seed)
         self.limiter.reset()
         self.faults.clear()
         self.log.clear()
 
+
+#: The account whose token authenticated the request (set by the auth middleware).
+ACCOUNT_KEY: web.RequestKey[str] = web.RequestKey("shipping_async.sandbox.account", str)
 
 #: Where :func:`create_app` keeps the :class:`Sandbox` of an application.
 SANDBOX_KEY: web.AppKey[Sandbox] = web.AppKey("shipping_async.sandbox", Sandbox)

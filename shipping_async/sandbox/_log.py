@@ -29,6 +29,7 @@ class RequestNote:
     customer_reference: str | None = None
     order_id: int | None = None
     detail: str | None = None
+    account: str | None = None
 
 
 def note() -> RequestNote:
@@ -48,7 +49,8 @@ def noting() -> Iterator[RequestNote]:
 
 
 class RequestRecord(msgspec.Struct, kw_only=True):
-    """One logged request. ``status`` is ``None`` when the connection was dropped."""
+    """One logged request. ``status`` is ``None`` when the connection was dropped;
+    ``account`` is the account whose token it carried (``None``: refused with 401)."""
 
     id: int
     method: str
@@ -60,6 +62,7 @@ class RequestRecord(msgspec.Struct, kw_only=True):
     customer_reference: str | None = None
     order_id: int | None = None
     detail: str | None = None
+    account: str | None = None
 
 
 class RequestLog:

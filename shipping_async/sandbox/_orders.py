@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 import msgspec
 from aiohttp import web
 
-from shipping_async.sandbox._core import SANDBOX_KEY, Sandbox
+from shipping_async.sandbox._core import ACCOUNT_KEY, SANDBOX_KEY, Sandbox
 from shipping_async.sandbox._log import note
 from shipping_async.sandbox._multipart import Upload, read_order_form
 from shipping_async.sandbox._pickups import offered_dates
@@ -141,7 +141,7 @@ async def create_order(request: web.Request) -> web.Response:
     except InvalidInput as exc:
         refused = exc
     config = sandbox.config
-    if not sandbox.limiter.admit(sandbox.token):
+    if not sandbox.limiter.admit(request[ACCOUNT_KEY]):
         window = sandbox.real_seconds(config.rate_window)
         return error_response(
             429, f"{config.rate_limit} of {config.rate_limit} in {window:g} seconds"

@@ -1,4 +1,4 @@
-"""The POST /orders rate limit: N requests per window per token, sliding or fixed.
+"""The POST /orders rate limit: N requests per window per account, sliding or fixed.
 
 Counts run on the sandbox clock. A refused (429) request is not counted, so a client that
 keeps retrying does not push its own window forward.

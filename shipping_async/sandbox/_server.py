@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Self, Unpack
 
 from aiohttp import web
 
 from shipping_async.clock import Clock
+from shipping_async.sandbox._accounts import TokensSpec
 from shipping_async.sandbox._app import create_app
 from shipping_async.sandbox._config import SandboxOptions
 from shipping_async.sandbox._control import SandboxControl
-from shipping_async.sandbox._core import API_PREFIX, SANDBOX_KEY, generate_token
+from shipping_async.sandbox._core import API_PREFIX, SANDBOX_KEY
 
 __all__ = ["SandboxServer"]
 
@@ -23,7 +25,9 @@ class SandboxServer:
     ...     sandbox.base_url  # 'http://127.0.0.1:54321/client_api/v2'
     ...     sandbox.control.set_status(order_id, "in_transit")
 
-    Without ``token`` one is generated (reproducibly when ``seed`` is given). Options of
+    Without ``token`` one is generated (reproducibly when ``seed`` is given); ``tokens``
+    serves several accounts instead, each with its own order budget (``tokens=200``, a
+    list, or a mapping account -> token(s); see :func:`create_app`). Options of
     :class:`~shipping_async.sandbox.SandboxConfig` are keyword arguments
     (``rate_mode="fixed"``, ``estimate_validity=60``, ``hub_lanes=...``).
     """
@@ -34,6 +38,7 @@ class SandboxServer:
         self,
         *,
         token: str | None = None,
+        tokens: TokensSpec | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
         speed: float = 1.0,
@@ -42,7 +47,7 @@ class SandboxServer:
         **options: Unpack[SandboxOptions],
     ) -> None:
         self._app = create_app(
-            token=token or generate_token(seed), clock=clock, speed=speed, seed=seed, **options
+            token=token, tokens=tokens, clock=clock, speed=speed, seed=seed, **options
         )
         self._host = host
         self._port = port
@@ -58,6 +63,16 @@ class SandboxServer:
     def token(self) -> str:
         """The bearer token every request must send."""
         return self._app[SANDBOX_KEY].token
+
+    @property
+    def tokens(self) -> tuple[str, ...]:
+        """Every token accepted, in the order given (``tokens[0]`` is :attr:`token`)."""
+        return self._app[SANDBOX_KEY].accounts.tokens
+
+    @property
+    def accounts(self) -> Mapping[str, tuple[str, ...]]:
+        """Account name -> its tokens; each account has its own POST /orders budget."""
+        return self._app[SANDBOX_KEY].accounts.by_account
 
     @property
     def clock(self) -> Clock:

@@ -12,6 +12,10 @@ Usage::
     @pytest.mark.shipping_sandbox(speed=1000, seed=7)
     async def test_fast(shipping_sandbox): ...
 
+    @pytest.mark.shipping_sandbox(tokens=3)     # three accounts, an order budget each
+    async def test_accounts(shipping_sandbox):
+        token = shipping_sandbox.accounts["account-2"][0]
+
 The speed comes from the marker, else the ``shipping_sandbox_speed`` ini option, else 100.
 """
 
@@ -49,7 +53,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         f"{_MARKER}(**options): options of the shipping_sandbox fixture's SandboxServer "
-        "(speed, seed, token, rate_mode, ...)",
+        "(speed, seed, token, tokens, rate_mode, ...)",
     )
 
 

@@ -78,7 +78,7 @@ async def test_request_log_records_every_api_request(api: Api) -> None:
     ]
     assert set(records[0]) == {
         "id", "method", "path", "status", "at", "monotonic", "fault", "customer_reference",
-        "order_id", "detail",
+        "order_id", "detail", "account",
     }  # fmt: skip
     assert records[1]["customer_reference"] == "cref-1"
     assert records[1]["order_id"] == order["id"]

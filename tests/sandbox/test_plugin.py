@@ -37,10 +37,15 @@ def test_marker_sets_options(pytester: pytest.Pytester) -> None:
         async def test_marked(shipping_sandbox):
             assert shipping_sandbox.clock.speed == 500
             assert shipping_sandbox.token == "marked"
+
+        @pytest.mark.shipping_sandbox(tokens=3, seed=9)
+        async def test_accounts(shipping_sandbox):
+            assert list(shipping_sandbox.accounts) == ["account-1", "account-2", "account-3"]
+            assert len(set(shipping_sandbox.tokens)) == 3
         """
     )
     result = pytester.runpytest("-p", "no:cacheprovider", "--strict-markers")
-    result.assert_outcomes(passed=1)
+    result.assert_outcomes(passed=2)
 
 
 def test_ini_option_sets_the_speed(pytester: pytest.Pytester) -> None:
