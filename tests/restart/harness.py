@@ -1,0 +1,309 @@
+"""Kill/resume cycles of ``shipping-async bulk`` as a user runs it, judged by the sandbox.
+
+One *cycle* ships the example batch against a fresh sandbox (in this process, on a scaled
+clock): ``shipping-async bulk examples/shipments.csv --base-url URL --journal J --out R
+--rate-limit N/S`` runs as a real process and is SIGKILLed at seeded random moments, then
+started again with ``--resume``, until a run ends on its own. Kill moments are of three
+kinds:
+
+- ``random``: anywhere in the run's first two windows after its first request;
+- ``early``: within one window after the restarted run's first POST /orders;
+- ``pause``: inside a 429 pause (the sandbox answers one POST /orders 429, like a full
+  window, and the process is killed while its limiter waits the pause out).
+
+Everything is judged from the sandbox's request log, never from our journal: orders
+created per ``customer_reference``, 429s and when they came, and for every job the last
+run reports ``unknown``, whether a POST /orders for it ever reached the server. Used by
+``tests/restart`` (few cycles) and ``benchmarks/kill_resume.py`` (20).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+
+from shipping_async.bulk.readers import read_jobs
+from shipping_async.limiter import DEFAULT_MARGIN_SHARE
+from shipping_async.sandbox import SandboxServer
+from shipping_async.sandbox._log import RequestRecord
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "shipments.csv"
+KINDS = ("random", "early", "pause")
+WINDOW = 60.0  # the API's window, sandbox seconds
+LIMIT = 20
+RUN_LIMIT = 60.0  # real seconds one uninterrupted run may take before the cycle fails
+
+
+@dataclass
+class Cycle:
+    """What one cycle did and what the sandbox saw."""
+
+    seed: int
+    jobs: int
+    kills: list[str] = field(default_factory=list)  # the kinds actually carried out
+    exit_codes: list[int] = field(default_factory=list)
+    created: Counter[str] = field(default_factory=Counter)  # orders per reference
+    statuses: dict[str, str] = field(default_factory=dict)  # the last run's report
+    unknown: list[str] = field(default_factory=list)
+    unknown_never_created: list[str] = field(default_factory=list)
+    unknown_never_sent: list[str] = field(default_factory=list)  # no POST reached the server
+    restart_429s: int = 0  # organic 429s within window + margin of a restarted run's start
+    other_429s: int = 0  # organic 429s elsewhere
+    injected_429s: int = 0  # the sandbox's own fault answers (the 'pause' kills)
+    seconds: float = 0.0  # real, every run of the cycle incl. process start-up
+    bound: float = 0.0  # real, the least time the batch's orders can take
+    busiest_window: int = 0
+
+    @property
+    def duplicates(self) -> int:
+        return sum(count - 1 for count in self.created.values() if count > 1)
+
+    @property
+    def lost(self) -> list[str]:
+        """Jobs with no order at the server that the last run does not report unknown."""
+        return [
+            key
+            for key, status in self.statuses.items()
+            if self.created[key] == 0 and status != "unknown"
+        ] + [key for key in self.created if key not in self.statuses]
+
+
+def batch_keys() -> list[str]:
+    return [getattr(item, "key", "") for item in read_jobs(str(EXAMPLE))]
+
+
+def bulk_argv(
+    base_url: str, journal: str, out: Path, *, speed: float, limiter: str | None, resume: bool
+) -> list[str]:
+    argv = [
+        sys.executable,
+        "-m",
+        "shipping_async",
+        "bulk",
+        str(EXAMPLE),
+        "--base-url",
+        base_url,
+        "--journal",
+        journal,
+        "--out",
+        str(out),
+        "--rate-limit",
+        f"{LIMIT}/{WINDOW / speed:g}",
+        "--sandbox-speed",
+        f"{speed:g}",
+        "--progress",
+        "plain",
+        "--timeout",
+        "2",
+    ]
+    if limiter:
+        argv += ["--limiter", limiter]
+    if resume:
+        argv.append("--resume")
+    return argv
+
+
+class _Runner:
+    def __init__(
+        self,
+        sandbox: SandboxServer,
+        folder: Path,
+        *,
+        journal: str,
+        limiter: str | None,
+        speed: float,
+        rng: random.Random,
+    ) -> None:
+        self.sandbox = sandbox
+        self.folder = folder
+        self.journal = journal
+        self.limiter = limiter
+        self.speed = speed
+        self.rng = rng
+        self.window_real = WINDOW / speed
+        self.runs = 0
+        self.starts: list[int] = []  # log length when each run started
+        self.env = {**os.environ, "SHIPPING_ACCESS_TOKEN": sandbox.token}
+
+    def log(self) -> list[RequestRecord]:
+        return self.sandbox.control.requests()
+
+    def start(self) -> subprocess.Popen[bytes]:
+        self.starts.append(len(self.log()))
+        out = self.folder / f"results{self.runs}.jsonl"
+        argv = bulk_argv(
+            self.sandbox.base_url,
+            self.journal,
+            out,
+            speed=self.speed,
+            limiter=self.limiter,
+            resume=self.runs > 0,
+        )
+        with (
+            (self.folder / f"run{self.runs}.out").open("wb") as stdout,
+            (self.folder / f"run{self.runs}.err").open("wb") as stderr,
+        ):
+            process = subprocess.Popen(argv, stdout=stdout, stderr=stderr, env=self.env)
+        self.runs += 1
+        return process
+
+    async def kill_at(self, process: subprocess.Popen[bytes], kind: str) -> bool:
+        """Kill ``process`` at a moment of ``kind``; False if it ended first."""
+        since = self.starts[-1]
+        if kind == "pause":
+            message = f"{LIMIT} of {LIMIT} in {self.window_real:g} seconds"
+            self.sandbox.control.add_fault(
+                "status", "/orders", method="POST", status=429, message=message
+            )
+            seen = await self._until(process, lambda: self._injected_since(since))
+            delay = self.rng.uniform(0, self.window_real * (1 + DEFAULT_MARGIN_SHARE))
+        else:
+            seen = await self._until(
+                process, lambda: self._first_since(since, orders=kind == "early")
+            )
+            span = self.window_real if kind == "early" else 2 * self.window_real
+            delay = self.rng.uniform(0, span)
+        if not seen:
+            self.sandbox.control.clear_faults()
+            return False
+        await asyncio.sleep(delay)
+        self.sandbox.control.clear_faults()
+        if process.poll() is not None:
+            return False
+        process.send_signal(signal.SIGKILL)
+        await asyncio.to_thread(process.wait)
+        await asyncio.sleep(0.05)  # the server finishes the dead process's requests
+        return True
+
+    def _first_since(self, since: int, *, orders: bool) -> bool:
+        return any(
+            not orders or (record.method == "POST" and record.path == "/orders")
+            for record in self.log()[since:]
+        )
+
+    def _injected_since(self, since: int) -> bool:
+        return any(record.status == 429 and record.fault for record in self.log()[since:])
+
+    async def _until(self, process: subprocess.Popen[bytes], seen: object) -> bool:
+        deadline = time.monotonic() + RUN_LIMIT
+        while time.monotonic() < deadline:
+            if seen():  # type: ignore[operator]
+                return True
+            if process.poll() is not None:
+                return False
+            await asyncio.sleep(0.002)
+        return False
+
+    async def finish(self, process: subprocess.Popen[bytes]) -> int:
+        try:
+            async with asyncio.timeout(RUN_LIMIT):
+                return await asyncio.to_thread(process.wait)
+        except TimeoutError:
+            process.kill()
+            await asyncio.to_thread(process.wait)
+            raise AssertionError(f"run {self.runs - 1} did not end:\n{self.logs()}") from None
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {path.name}\n{path.read_text(errors='replace')[-3000:]}"
+            for path in sorted(self.folder.glob("run*"))
+        )
+
+
+async def run_cycle(
+    seed: int,
+    folder: Path,
+    *,
+    journal: str | None = None,
+    limiter: str | None = None,
+    kills: int = 3,
+    speed: float = 60.0,
+) -> Cycle:
+    """Ship the example batch, killing its runs ``kills`` times; judge by the sandbox."""
+    rng = random.Random(seed)
+    keys = batch_keys()
+    cycle = Cycle(seed=seed, jobs=len(keys))
+    await asyncio.to_thread(folder.mkdir, parents=True, exist_ok=True)
+    journal = journal or str(folder / "batch.journal")
+    started = time.monotonic()
+    async with SandboxServer(speed=speed, seed=seed) as sandbox:
+        runner = _Runner(sandbox, folder, journal=journal, limiter=limiter, speed=speed, rng=rng)
+        plan = [rng.choice(KINDS) for _ in range(kills)]
+        for kind in plan:
+            process = runner.start()
+            if await runner.kill_at(process, kind):
+                cycle.kills.append(kind)
+                continue
+            cycle.exit_codes.append(await runner.finish(process))
+            break
+        else:
+            cycle.exit_codes.append(await runner.finish(runner.start()))
+        cycle.seconds = time.monotonic() - started
+        log = runner.log()
+        last = runner.folder / f"results{runner.runs - 1}.jsonl"
+        judge(cycle, log, runner.starts, last, keys, speed=speed)
+        if cycle.exit_codes[-1] not in (0, 1):
+            raise AssertionError(f"the last run exited {cycle.exit_codes[-1]}:\n{runner.logs()}")
+    return cycle
+
+
+def judge(
+    cycle: Cycle,
+    log: list[RequestRecord],
+    starts: list[int],
+    results: Path,
+    keys: list[str],
+    *,
+    speed: float,
+) -> None:
+    """Fill ``cycle`` from the sandbox's request log and the last run's report."""
+    orders = [
+        (index, record)
+        for index, record in enumerate(log)
+        if record.method == "POST" and record.path == "/orders"
+    ]
+    cycle.created = Counter({key: 0 for key in keys})
+    cycle.created.update(
+        record.customer_reference or "" for _, record in orders if record.order_id is not None
+    )
+    reached = {record.customer_reference for _, record in orders if record.status != 429}
+    decoder = msgspec.json.Decoder(dict[str, object])
+    for line in results.read_bytes().splitlines():
+        if line.strip():
+            row = decoder.decode(line)
+            cycle.statuses[str(row["key"])] = str(row["status"])
+    cycle.unknown = sorted(key for key, status in cycle.statuses.items() if status == "unknown")
+    cycle.unknown_never_created = [key for key in cycle.unknown if cycle.created[key] == 0]
+    cycle.unknown_never_sent = [key for key in cycle.unknown if key not in reached]
+    # A restarted run's first window + margin, on the sandbox clock, from its first request.
+    hold = WINDOW * (1 + DEFAULT_MARGIN_SHARE)
+    restart_windows = []
+    for start in starts[1:]:
+        if start < len(log):
+            restart_windows.append(log[start].monotonic)
+    for _, record in orders:
+        if record.status != 429:
+            continue
+        if record.fault:
+            cycle.injected_429s += 1
+        elif any(begin <= record.monotonic <= begin + hold for begin in restart_windows):
+            cycle.restart_429s += 1
+        else:
+            cycle.other_429s += 1
+    times = sorted(record.monotonic for _, record in orders if record.order_id is not None)
+    cycle.busiest_window = max(
+        (sum(1 for t in times[i:] if t < start + WINDOW) for i, start in enumerate(times)),
+        default=0,
+    )
+    cycle.bound = (-(-len(keys) // LIMIT) - 1) * WINDOW / speed
