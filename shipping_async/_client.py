@@ -10,12 +10,13 @@ import math
 import os
 from collections.abc import Callable, Iterable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, Unpack
 
 import aiohttp
 import msgspec
 from yarl import URL
 
+from shipping_async._decode import Answer, read_answer
 from shipping_async._hooks import ClientHooks, observe_call
 from shipping_async._http import RequestOptions, Secret, configure_logging, exchange
 from shipping_async._retry import Operation, RetryPolicy, send_with_retries
@@ -34,6 +35,9 @@ T = TypeVar("T")
 
 TOKEN_ENV: Final = "SHIPPING_ACCESS_TOKEN"
 BASE_URL_ENV: Final = "SHIPPING_BASE_URL"
+DECODING_ENV: Final = "SHIPPING_DECODING"
+
+Decoding = Literal["lenient", "strict"]
 
 _LOOPBACK_NAMES = frozenset({"localhost"})
 
@@ -89,6 +93,17 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def _check_decoding(decoding: str | None) -> Decoding:
+    value = decoding if decoding is not None else os.environ.get(DECODING_ENV) or "lenient"
+    if value == "lenient":
+        return "lenient"
+    if value == "strict":
+        return "strict"
+    raise ConfigurationError(
+        f"decoding: must be 'lenient' or 'strict' (or set {DECODING_ENV}), got {value!r}"
+    )
+
+
 def _check_timeout(timeout: float) -> float:
     if isinstance(timeout, bool) or not 0 < timeout < math.inf:
         raise ConfigurationError(
@@ -113,6 +128,11 @@ class AsyncShippingClient:
     ``aiolimiter.AsyncLimiter``) caps the rate of every other request. ``hooks``
     (:class:`~shipping_async.ClientHooks`) observe every call, e.g. the Prometheus metrics
     and OpenTelemetry spans of :mod:`shipping_async.telemetry`.
+
+    ``decoding`` (default ``SHIPPING_DECODING`` or ``"lenient"``): ``"lenient"`` keeps a
+    field that does not decode raw in the model's ``undecoded`` (and logs a warning), so
+    one odd field never loses an order; ``"strict"`` raises ``APIResponseValidationError``
+    for it (for tests that must catch drift from the spec).
     """
 
     quotes: Quotes
@@ -134,6 +154,7 @@ class AsyncShippingClient:
         retry_base_delay: float = 0.5,
         retry_max_delay: float = 8.0,
         hooks: Iterable[ClientHooks] = (),
+        decoding: Decoding | None = None,
     ) -> None:
         token = token if token is not None else os.environ.get(TOKEN_ENV)
         if not token:
@@ -149,6 +170,7 @@ class AsyncShippingClient:
         self._token = Secret(token)
         self._base_url = _check_base_url(base_url)
         self._timeout = _check_timeout(timeout)
+        self._lenient = _check_decoding(decoding) == "lenient"
         self._policy = RetryPolicy(
             max_retries=max_retries,
             max_rate_limit_retries=max_rate_limit_retries,
@@ -239,14 +261,14 @@ class AsyncShippingClient:
     async def _request(
         self,
         operation: Operation,
-        parse: Callable[[bytes], T],
+        answer: Answer[Any, T],
         *,
         body: Any = None,
         form: Callable[[], aiohttp.FormData] | None = None,
         order_limited: bool = False,
         **options: Unpack[RequestOptions],
     ) -> T:
-        """Send ``operation`` under the retry rules and return ``parse`` of the answer.
+        """Send ``operation`` under the retry rules and return its ``answer``, read.
 
         ``body`` is encoded to JSON once (every re-send carries the same bytes); ``form``
         builds a fresh multipart body per attempt. ``order_limited`` requests hold a
@@ -265,6 +287,11 @@ class AsyncShippingClient:
         url = self._base_url + operation.path
         rate = None if order_limited else self._request_rate_limiter
         observed = observe_call(self._hooks, operation)
+        what = f"{operation.method} {operation.path}"
+        lenient = self._lenient
+
+        def parse(raw: bytes) -> T:
+            return read_answer(raw, answer, lenient=lenient, what=what)
 
         async def attempt() -> T:
             if rate is not None:

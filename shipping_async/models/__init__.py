@@ -6,6 +6,7 @@ from shipping_async.models._base import (
     DayMonthYear,
     HourMinute,
     Model,
+    Undecoded,
     decoder,
     validate_request,
 )
@@ -73,6 +74,7 @@ __all__ = [
     "ScheduledPickup",
     "Shipment",
     "TaxesAndDutiesConfig",
+    "Undecoded",
     "Webhook",
     "WebhookEvent",
     "WebhookRequest",

@@ -20,6 +20,8 @@ __all__ = [
     "DayMonthYear",
     "HourMinute",
     "Model",
+    "Undecoded",
+    "attach_undecoded",
     "decoder",
     "enc_hook",
     "validate_request",
@@ -28,8 +30,40 @@ __all__ = [
 T = TypeVar("T")
 
 
-class Model(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """Base of every model: keyword-only, unknown fields ignored, defaults left out."""
+class Undecoded(msgspec.Struct, frozen=True, kw_only=True):
+    """A field of an answer that did not decode, kept as it came.
+
+    ``path`` is relative to the model it was reported on (``created_at``,
+    ``shipments[1].status``, ``estimates[0]`` for a dropped list item); ``value`` is the raw
+    JSON value; ``reason`` says what was expected.
+    """
+
+    path: str
+    value: Any
+    reason: str
+
+
+class Model(msgspec.Struct, kw_only=True, omit_defaults=True, dict=True):
+    """Base of every model: keyword-only, unknown fields ignored, defaults left out.
+
+    ``dict=True`` lets a decoded answer carry :attr:`undecoded` without it being a field
+    (a field could collide with a key the server sends, and would be encoded back).
+    """
+
+    @property
+    def undecoded(self) -> tuple[Undecoded, ...]:
+        """The fields of the answer that did not decode and were left out (lenient mode).
+
+        Empty when the whole answer decoded. Each entry keeps the raw value, so nothing the
+        server sent is lost: ``order.undecoded[0].value``.
+        """
+        found: tuple[Undecoded, ...] = getattr(self, "_undecoded", ())
+        return found
+
+
+def attach_undecoded(model: Model, undecoded: list[Undecoded]) -> None:
+    """Record on ``model`` what its answer held that did not decode."""
+    model._undecoded = tuple(undecoded)  # type: ignore[attr-defined]
 
 
 # The API writes dates and times in four formats. Each gets a subclass of the standard

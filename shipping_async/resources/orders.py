@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Unpack
 
+from shipping_async._decode import Answer
 from shipping_async._http import RequestOptions, path_id
 from shipping_async._multipart import FileSpec, load_files, order_form
 from shipping_async._retry import Operation
@@ -15,10 +16,10 @@ from shipping_async.models import (
     PickupAvailability,
     ScheduledPickup,
     SchedulePickupRequest,
-    decoder,
     validate_request,
 )
-from shipping_async.models.orders import _OrderEnvelope, _SuccessBody
+from shipping_async.models.orders import _OrderEnvelope
+from shipping_async.resources._success import SUCCESS
 
 if TYPE_CHECKING:
     from shipping_async._client import AsyncShippingClient
@@ -30,24 +31,31 @@ class _ScheduledPickupEnvelope(Model):
     scheduled_pickup: ScheduledPickup
 
 
-def _order(raw: bytes) -> Order:
-    envelope: _OrderEnvelope = decoder(_OrderEnvelope).decode(raw)
+def _order(envelope: _OrderEnvelope) -> Order:
     return envelope.order
 
 
-def _availabilities(raw: bytes) -> list[PickupAvailability]:
-    availabilities: list[PickupAvailability] = decoder(list[PickupAvailability]).decode(raw)
-    return availabilities
-
-
-def _scheduled_pickup(raw: bytes) -> ScheduledPickup:
-    envelope: _ScheduledPickupEnvelope = decoder(_ScheduledPickupEnvelope).decode(raw)
+def _scheduled_pickup(envelope: _ScheduledPickupEnvelope) -> ScheduledPickup:
     return envelope.scheduled_pickup
 
 
-def _success(raw: bytes) -> None:
-    if raw.strip() and decoder(_SuccessBody).decode(raw).success is False:
-        raise ValueError("the answer says success: false")
+def _availabilities(availabilities: list[PickupAvailability]) -> list[PickupAvailability]:
+    return availabilities
+
+
+# An order answer counts once its id is read: a 201 with that id proves the order exists.
+_ORDER = Answer(wire=_OrderEnvelope, unwrap=_order, identity=(("order.id",),), strip=("order",))
+_AVAILABILITIES = Answer(wire=list[PickupAvailability], unwrap=_availabilities)
+# A booking is identified by its confirmation number; a carrier's refusal by its message.
+_SCHEDULED_PICKUP = Answer(
+    wire=_ScheduledPickupEnvelope,
+    unwrap=_scheduled_pickup,
+    identity=(
+        ("scheduled_pickup.confirmation_number",),
+        ("scheduled_pickup.error_message",),
+    ),
+    strip=("scheduled_pickup",),
+)
 
 
 class Orders:
@@ -87,14 +95,14 @@ class Orders:
             form = order_form(request, await load_files(files))
             return await self._client._request(
                 operation,
-                _order,
+                _ORDER,
                 form=form,
                 **options,
                 order_limited=True,
             )
         return await self._client._request(
             operation,
-            _order,
+            _ORDER,
             body={"order": request},
             **options,
             order_limited=True,
@@ -104,7 +112,7 @@ class Orders:
         """GET /orders/{id}: the order with every leg in ``shipments`` (see ``Order.legs``)."""
         path = f"/orders/{path_id(order_id, 'order_id')}"
         operation = Operation(name="get_order", method="GET", path=path)
-        return await self._client._request(operation, _order, **options)
+        return await self._client._request(operation, _ORDER, **options)
 
     async def cancel(self, order_id: int, **options: Unpack[RequestOptions]) -> None:
         """DELETE /orders/{id}: cancels the order and every leg.
@@ -113,13 +121,13 @@ class Orders:
         """
         path = f"/orders/{path_id(order_id, 'order_id')}"
         operation = Operation(name="cancel_order", method="DELETE", path=path)
-        await self._client._request(operation, _success, **options)
+        await self._client._request(operation, SUCCESS, **options)
 
     async def create_waybill(self, order_id: int, **options: Unpack[RequestOptions]) -> Order:
         """POST /orders/{id}/waybills (body ``{}``): one waybill per leg, in ``legs``."""
         path = f"/orders/{path_id(order_id, 'order_id')}/waybills"
         operation = Operation(name="create_waybill", method="POST", path=path)
-        return await self._client._request(operation, _order, body={}, **options)
+        return await self._client._request(operation, _ORDER, body={}, **options)
 
     async def pickup_availabilities(
         self, order_id: int, **options: Unpack[RequestOptions]
@@ -130,7 +138,7 @@ class Orders:
         """
         path = f"/orders/{path_id(order_id, 'order_id')}/pickup_availabilities"
         operation = Operation(name="list_pickup_availabilities", method="GET", path=path)
-        return await self._client._request(operation, _availabilities, **options)
+        return await self._client._request(operation, _AVAILABILITIES, **options)
 
     async def schedule_pickup(
         self, order_id: int, request: SchedulePickupRequest, **options: Unpack[RequestOptions]
@@ -143,5 +151,5 @@ class Orders:
         path = f"/orders/{path_id(order_id, 'order_id')}/schedule_pickups"
         operation = Operation(name="schedule_pickup", method="POST", path=path)
         return await self._client._request(
-            operation, _scheduled_pickup, body=request.to_wire(), **options
+            operation, _SCHEDULED_PICKUP, body=request.to_wire(), **options
         )

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Unpack
 
+from shipping_async._decode import Answer
 from shipping_async._http import RequestOptions, path_id
 from shipping_async._retry import Operation
-from shipping_async.models import Quote, QuoteRequest, decoder, validate_request
+from shipping_async.models import Quote, QuoteRequest, validate_request
 from shipping_async.models.quotes import _QuoteEnvelope
 
 if TYPE_CHECKING:
@@ -15,10 +16,12 @@ if TYPE_CHECKING:
 __all__ = ["Quotes"]
 
 
-def _quote(raw: bytes) -> Quote:
-    # Both shapes occur: the direct quote flat, the hub quote wrapped in ``quote``.
-    envelope: _QuoteEnvelope = decoder(_QuoteEnvelope).decode(raw)
+def _quote(envelope: _QuoteEnvelope) -> Quote:
     return envelope.unwrap()
+
+
+# Both shapes occur: the direct quote flat, the hub quote wrapped in ``quote``.
+_QUOTE = Answer(wire=_QuoteEnvelope, unwrap=_quote, strip=("quote",))
 
 
 class Quotes:
@@ -37,10 +40,10 @@ class Quotes:
         """
         validate_request(request)
         operation = Operation(name="create_quote", method="POST", path="/quotes")
-        return await self._client._request(operation, _quote, body=request, **options)
+        return await self._client._request(operation, _QUOTE, body=request, **options)
 
     async def get(self, quote_id: int, **options: Unpack[RequestOptions]) -> Quote:
         """GET /quotes/{id}: the quote with each estimate's current ``quote_expired``."""
         path = f"/quotes/{path_id(quote_id, 'quote_id')}"
         operation = Operation(name="get_quote", method="GET", path=path)
-        return await self._client._request(operation, _quote, **options)
+        return await self._client._request(operation, _QUOTE, **options)

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Literal, Unpack
 
+from shipping_async._decode import Answer
 from shipping_async._http import RequestOptions, path_id
 from shipping_async._retry import Operation
-from shipping_async.models import Webhook, WebhookRequest, decoder, validate_request
-from shipping_async.models.orders import _SuccessBody
+from shipping_async.models import Webhook, WebhookRequest, validate_request
 from shipping_async.models.webhooks import _WebhookEnvelope
+from shipping_async.resources._success import SUCCESS
 
 if TYPE_CHECKING:
     from shipping_async._client import AsyncShippingClient
@@ -17,14 +18,18 @@ if TYPE_CHECKING:
 __all__ = ["Webhooks"]
 
 
-def _webhook(raw: bytes) -> Webhook:
-    envelope: _WebhookEnvelope = decoder(_WebhookEnvelope).decode(raw)
+def _webhook(envelope: _WebhookEnvelope) -> Webhook:
     return envelope.webhook
 
 
-def _success(raw: bytes) -> None:
-    if raw.strip() and decoder(_SuccessBody).decode(raw).success is False:
-        raise ValueError("the answer says success: false")
+# A registration counts once its id and token are read: the token is what authenticates
+# the deliveries, and without the id the endpoint cannot be changed or deleted.
+_WEBHOOK = Answer(
+    wire=_WebhookEnvelope,
+    unwrap=_webhook,
+    identity=(("webhook.id", "webhook.token"),),
+    strip=("webhook",),
+)
 
 
 def _body(target_url: str, events: Iterable[str]) -> dict[str, WebhookRequest]:
@@ -50,14 +55,14 @@ class Webhooks:
         """
         operation = Operation(name="create_webhook", method="POST", path="/webhooks")
         return await self._client._request(
-            operation, _webhook, body=_body(target_url, events), **options
+            operation, _WEBHOOK, body=_body(target_url, events), **options
         )
 
     async def get(self, webhook_id: int, **options: Unpack[RequestOptions]) -> Webhook:
         """GET /webhooks/{id}."""
         path = f"/webhooks/{path_id(webhook_id, 'webhook_id')}"
         operation = Operation(name="get_webhook", method="GET", path=path)
-        return await self._client._request(operation, _webhook, **options)
+        return await self._client._request(operation, _WEBHOOK, **options)
 
     async def update(
         self,
@@ -78,11 +83,11 @@ class Webhooks:
         path = f"/webhooks/{path_id(webhook_id, 'webhook_id')}"
         operation = Operation(name="update_webhook", method=verb, path=path)
         return await self._client._request(
-            operation, _webhook, body=_body(target_url, events), **options
+            operation, _WEBHOOK, body=_body(target_url, events), **options
         )
 
     async def delete(self, webhook_id: int, **options: Unpack[RequestOptions]) -> None:
         """DELETE /webhooks/{id}. ``NotFoundError`` when there is no such endpoint."""
         path = f"/webhooks/{path_id(webhook_id, 'webhook_id')}"
         operation = Operation(name="delete_webhook", method="DELETE", path=path)
-        await self._client._request(operation, _success, **options)
+        await self._client._request(operation, SUCCESS, **options)
