@@ -77,12 +77,14 @@ def read_answer(raw: bytes, answer: Answer[Any, T], *, lenient: bool, what: str)
     if answer.empty is not None and not raw.strip():
         raw = answer.empty
     try:
-        return answer.unwrap(decoder(answer.wire).decode(raw))
+        envelope = decoder(answer.wire).decode(raw)
     except msgspec.ValidationError as exc:
         if not lenient:
             raise
-        first = exc
-    envelope, undecoded = _repair(raw, answer.wire, first)
+        envelope, undecoded = _repair(raw, answer.wire, exc)
+    else:
+        _check_identity(answer, [], raw)
+        return answer.unwrap(envelope)
     _check_identity(answer, undecoded, raw)
     result = answer.unwrap(envelope)
     reported = [_relative(item, answer.strip) for item in undecoded]
@@ -111,8 +113,11 @@ def _repair(raw: bytes, wire: Any, error: msgspec.ValidationError) -> tuple[Any,
             raise error  # the answer as a whole is wrong: nothing to keep
         # A required field that is missing (or that we took out) takes its object along.
         original_path = _take(tree, path, origins)
-        for earlier in [key for key in taken if key[: len(original_path)] == original_path]:
-            del taken[earlier]
+        inner = [
+            taken.pop(key) for key in list(taken) if key[: len(original_path)] == original_path
+        ]
+        if inner:  # what made the required field go, so the reason says it
+            reason += "".join(f"; {item.path}: {item.reason}" for item in inner)
         value = _at(original, original_path)
         taken[original_path] = Undecoded(path=_format(original_path), value=value, reason=reason)
         try:

@@ -9,8 +9,9 @@ The rules (kept here and nowhere else):
   certainly did not act: after a 429, or when the connection failed before a byte of the
   request was written. Any other failure after writing raises
   :class:`~shipping_async.errors.OutcomeUnknownError` (for orders
-  :class:`~shipping_async.errors.OrderOutcomeUnknownError`); a 5xx is raised as is. The
-  SDK never sends the same order twice on a guess.
+  :class:`~shipping_async.errors.OrderOutcomeUnknownError`): a reset, a read timeout, a
+  2xx whose identity cannot be read (also an ``APIResponseValidationError``) and a 5xx
+  (also an ``InternalServerError``). The SDK never sends the same order twice on a guess.
 - POST /orders goes through the order limiter: a permit per attempt, given back with
   ``sent=False`` only when the request never left; a 429 pauses the limiter and re-sends
   the order at the front of its queue, at most ``max_rate_limit_retries`` times.
@@ -40,10 +41,10 @@ from shipping_async.errors import (
     APIResponseValidationError,
     APIStatusError,
     InternalServerError,
-    OrderOutcomeUnknownError,
     OutcomeUnknownError,
     RateLimitError,
     ShippingError,
+    outcome_unknown,
 )
 from shipping_async.limiter import OrderLimiter
 
@@ -184,11 +185,11 @@ def decide(
             return Retry(error.retry_after, pause_limiter=True)
         return _bounded(Retry(error.retry_after), error, retries, policy)
     if isinstance(error, InternalServerError):
-        # A non-idempotent POST that got a 5xx was answered: whether it acted is for the
-        # caller to check; the SDK does not guess.
+        # A non-idempotent POST that got a 5xx may have acted (behind a gateway a 502
+        # often follows a created order): unknown, never re-sent; still a 5xx error.
         if operation.idempotent:
             return _bounded(Retry(error.retry_after), error, retries, policy)
-        return error
+        return _outcome_unknown(error, operation)
     if isinstance(error, APIStatusError):
         return error
     if isinstance(error, APIConnectionError):
@@ -238,29 +239,29 @@ def _budget_taken(error: RateLimitError, attempts: int) -> RateLimitError:
 def _outcome_unknown(error: APIError, operation: Operation) -> OutcomeUnknownError:
     cause = error.__cause__ if error.__cause__ is not None else error
     what = f"{operation.method} {operation.path}"
-    reason = type(cause).__name__
-    unknown: OutcomeUnknownError
+    if isinstance(error, InternalServerError):
+        happened = f"was answered {error.status} (a server or gateway failed mid-way)"
+    elif isinstance(error, APIResponseValidationError):
+        happened = "was answered, but what it did cannot be read from the answer"
+    else:
+        happened = f"was sent but no usable answer came back ({type(cause).__name__})"
     if operation.customer_reference is not None:
-        unknown = OrderOutcomeUnknownError(
-            f"{what} was sent but no usable answer came back ({reason}): the order may or "
-            f"may not exist. Look for an order with customer_reference "
-            f"{operation.customer_reference!r} before creating it again; the SDK did not "
-            "re-send it, to avoid a duplicate.",
-            method=operation.method,
-            path=operation.path,
-            customer_reference=operation.customer_reference,
+        message = (
+            f"{what} {happened}: the order may or may not exist. Look for an order with "
+            f"customer_reference {operation.customer_reference!r} before creating it again; "
+            "the SDK did not re-send it, to avoid a duplicate."
         )
     else:
-        unknown = OutcomeUnknownError(
-            f"{what} ({operation.name}) was sent but no usable answer came back ({reason}): "
-            "the server may or may not have acted. Check the current state before trying "
-            "again; the SDK did not re-send it.",
-            method=operation.method,
-            path=operation.path,
-            operation=operation.name,
+        message = (
+            f"{what} ({operation.name}) {happened}: the server may or may not have acted. "
+            "Check the current state before trying again; the SDK did not re-send it."
         )
-    unknown.__cause__ = error
-    return unknown
+    return outcome_unknown(
+        message,
+        cause=error,
+        operation=operation.name,
+        customer_reference=operation.customer_reference,
+    )
 
 
 async def send_with_retries(

@@ -20,8 +20,14 @@
         ├── APIConnectionError          no usable answer came back
         │   └── APITimeoutError              ... in time (also a TimeoutError)
         ├── APIResponseValidationError  an answer came back that does not decode
-        └── OutcomeUnknownError         a non-idempotent request was sent, no answer came
+        └── OutcomeUnknownError         a non-idempotent request was sent, no usable answer came
             └── OrderOutcomeUnknownError     ... for POST /orders (.customer_reference)
+
+A 5xx to a non-idempotent POST (orders, waybills, pickups, webhooks) is raised as an error
+that is both ``InternalServerError`` and ``OutcomeUnknownError`` (``OrderOutcomeUnknownError``
+for POST /orders): behind a gateway a 502 often follows work that was done. A 2xx whose
+identity cannot be read is both ``APIResponseValidationError`` and ``OutcomeUnknownError``.
+Each keeps the answer (``status``, ``headers``, ``body``); see :func:`outcome_unknown`.
 
 No error text ever contains the access token: messages are built from the method, the
 path, the status and the API's own error text only.
@@ -312,6 +318,66 @@ class OrderOutcomeUnknownError(OutcomeUnknownError):
     def __init__(self, message: str, *, method: str, path: str, customer_reference: str) -> None:
         self.customer_reference = customer_reference
         super().__init__(message, method=method, path=path, operation="create_order")
+
+
+class _UnknownAfterServerError(InternalServerError, OutcomeUnknownError):
+    """A 5xx answered a non-idempotent POST: the server may have acted before failing."""
+
+
+class _OrderUnknownAfterServerError(InternalServerError, OrderOutcomeUnknownError):
+    """A 5xx answered POST /orders: behind a gateway the order may well exist."""
+
+
+class _UnknownAfterUnreadableAnswer(APIResponseValidationError, OutcomeUnknownError):
+    """A 2xx answered a non-idempotent POST, but what it did cannot be read from it."""
+
+
+class _OrderUnknownAfterUnreadableAnswer(APIResponseValidationError, OrderOutcomeUnknownError):
+    """POST /orders was answered 2xx, but the order's id cannot be read from the answer."""
+
+
+# The error the outcome is unknown after -> the classes that are both (plain, order).
+_UNKNOWN_AFTER: tuple[
+    tuple[type[APIError], type[OutcomeUnknownError], type[OrderOutcomeUnknownError]], ...
+] = (
+    (InternalServerError, _UnknownAfterServerError, _OrderUnknownAfterServerError),
+    (
+        APIResponseValidationError,
+        _UnknownAfterUnreadableAnswer,
+        _OrderUnknownAfterUnreadableAnswer,
+    ),
+)
+
+
+def outcome_unknown(
+    message: str, *, cause: APIError, operation: str, customer_reference: str | None = None
+) -> OutcomeUnknownError:
+    """The outcome-unknown error for ``cause`` (raised ``from`` it).
+
+    After a 5xx or an unreadable 2xx the error is also of the cause's class, with its
+    answer (``status``, ``headers``, ``body``), so ``except InternalServerError`` keeps
+    catching a 502 to POST /orders; ``customer_reference`` makes it an
+    :class:`OrderOutcomeUnknownError`.
+    """
+    plain: type[OutcomeUnknownError] = OutcomeUnknownError
+    order: type[OrderOutcomeUnknownError] = OrderOutcomeUnknownError
+    for kind, plain_kind, order_kind in _UNKNOWN_AFTER:
+        if isinstance(cause, kind):
+            plain, order = plain_kind, order_kind
+            break
+    cls = plain if customer_reference is None else order
+    error = cls.__new__(cls)
+    if plain is not OutcomeUnknownError:
+        # The answer's facts, whatever the cause's class keeps (status, headers, body...).
+        error.__dict__.update(vars(cause))
+    Exception.__init__(error, message)
+    error.method, error.path = cause.method, cause.path
+    error.operation = operation if customer_reference is None else "create_order"
+    if isinstance(error, OrderOutcomeUnknownError):
+        assert customer_reference is not None
+        error.customer_reference = customer_reference
+    error.__cause__ = cause
+    return error
 
 
 _STATUS_ERRORS: dict[int, type[APIStatusError]] = {

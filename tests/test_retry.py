@@ -168,10 +168,23 @@ def test_a_non_idempotent_post_is_re_sent_only_when_it_never_left() -> None:
     assert unknown.operation == "create_waybill"
 
 
-def test_a_5xx_on_a_non_idempotent_post_is_raised_as_is() -> None:
-    error = status_error(500)
-    assert decided(error, WAYBILL) is error
-    assert isinstance(error, InternalServerError)
+def test_a_5xx_on_a_non_idempotent_post_is_an_unknown_outcome_and_still_a_5xx() -> None:
+    error = status_error(502)
+    unknown = decided(error, WAYBILL)
+    assert isinstance(unknown, InternalServerError)
+    assert isinstance(unknown, OutcomeUnknownError)
+    assert not isinstance(unknown, OrderOutcomeUnknownError)
+    assert (unknown.status, unknown.body, unknown.operation) == (502, error.body, "create_waybill")
+    assert unknown.__cause__ is error
+
+
+def test_a_5xx_on_create_order_is_both_a_5xx_and_an_unknown_order_outcome() -> None:
+    error = status_error(504)
+    unknown = decided(error, CREATE_ORDER)
+    assert isinstance(unknown, InternalServerError)
+    assert isinstance(unknown, OrderOutcomeUnknownError)
+    assert (unknown.status, unknown.customer_reference) == (504, "R-1")
+    assert "R-1" in str(unknown)
 
 
 def test_an_undecodable_answer_is_raised_for_reads_and_unknown_for_orders() -> None:
@@ -179,6 +192,7 @@ def test_an_undecodable_answer_is_raised_for_reads_and_unknown_for_orders() -> N
     assert decided(error, GET) is error
     unknown = decided(error, CREATE_ORDER)
     assert isinstance(unknown, OrderOutcomeUnknownError)
+    assert isinstance(unknown, APIResponseValidationError)
     assert unknown.customer_reference == "R-1"
     assert unknown.__cause__ is error
 

@@ -65,6 +65,7 @@ class _Quotes(Protocol):
 
 class _Orders(Protocol):
     async def create(self, request: OrderRequest, /) -> Order: ...
+    async def get(self, order_id: int, /) -> Order: ...
     async def create_waybill(self, order_id: int, /) -> Order: ...
     async def pickup_availabilities(self, order_id: int, /) -> list[PickupAvailability]: ...
     async def schedule_pickup(
@@ -266,6 +267,20 @@ class JobPipeline:
         assert record.order_id is not None
         try:
             order = await self._client.orders.create_waybill(record.order_id)
+        except OutcomeUnknownError as exc:
+            # A 5xx or a lost answer: the order says whether the waybills were made.
+            try:
+                order = await self._client.orders.get(record.order_id)
+            except ShippingError:
+                return await self._fail(record, Stage.WAYBILL, exc)
+            if not order.shipments or not all(order.waybills):
+                return await self._finish(
+                    record.key,
+                    JobState.FAILED,
+                    error=_describe(exc),
+                    error_stage=Stage.WAYBILL.value,
+                    retryable=True,  # no waybill was made: asking again is safe
+                )
         except ShippingError as exc:
             return await self._fail(record, Stage.WAYBILL, exc)
         return await self._record(
