@@ -52,6 +52,13 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--seed", type=int, help="make ids, tokens and waybills reproducible")
     parser.add_argument(
+        "--rate-limit",
+        type=int,
+        default=20,
+        metavar="N",
+        help="POST /orders per 60 s window and account (20, as the API; more lifts the limit)",
+    )
+    parser.add_argument(
         "--rate-mode",
         choices=("sliding", "fixed"),
         default="sliding",
@@ -64,8 +71,8 @@ def run(args: argparse.Namespace) -> int:
     """Serve until SIGINT/SIGTERM; returns the exit code."""
     from shipping_async.sandbox._accounts import MAX_TOKENS, read_tokens_file
 
-    if args.speed <= 0:
-        print("error: --speed must be > 0")
+    if args.speed <= 0 or args.rate_limit < 1:
+        print("error: --speed must be > 0 and --rate-limit >= 1")
         return 2
     tokens: int | dict[str, list[str]] | None = None
     if args.tokens is not None:
@@ -103,6 +110,7 @@ async def _serve(args: argparse.Namespace, tokens: int | dict[str, list[str]] | 
         speed=args.speed,
         seed=args.seed,
         rate_mode=args.rate_mode,
+        rate_limit=args.rate_limit,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -122,15 +122,16 @@ def test_tokens_file_errors_name_the_line(tmp_path: Path, text: str, message: st
 
 
 async def test_cli_tokens_n_prints_one_working_token_per_account() -> None:
-    async with _sandbox_process("--tokens", "3", "--seed", "2") as process:
+    async with _sandbox_process("--tokens", "3", "--seed", "2", "--rate-limit", "1") as process:
         url = LISTENING.match(await _line(process)).group(1)  # type: ignore[union-attr]
         lines = [await _line(process) for _ in range(3)]
         tokens = [line.split(": ", 1)[1] for line in lines]
+        statuses = []
         async with aiohttp.ClientSession() as session:
-            for token in tokens:
+            for token in (*tokens, tokens[0]):
                 headers = {"Authorization": f"Bearer {token}"}
-                async with session.get(url + "/quotes/1", headers=headers) as reply:
-                    assert reply.status == 404
+                async with session.post(url + "/orders", json={}, headers=headers) as reply:
+                    statuses.append(reply.status)
         process.terminate()
         assert await process.wait() == 0
     assert [line.split(":")[0] for line in lines] == [
@@ -138,6 +139,9 @@ async def test_cli_tokens_n_prints_one_working_token_per_account() -> None:
         "token account-2",
         "token account-3",
     ]
+    # One order per window and account: each account's first is read (and refused as
+    # invalid), account-1's second is over its budget.
+    assert statuses == [400, 400, 400, 429]
 
 
 async def test_cli_tokens_file_serves_its_accounts(tmp_path: Path) -> None:
