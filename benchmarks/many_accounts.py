@@ -1,0 +1,413 @@
+"""One worker process, many accounts: jobs/s against the bound, CPU and round trips per job.
+
+Run: .venv/bin/python benchmarks/many_accounts.py [--accounts 10,50,200] [--jobs 600,2000,6000]
+     [--speed 60] [--lease 10] [--only pg,sqlite,bulk]
+Needs PostgreSQL on 127.0.0.1:5432 (user postgres) and ``redis-server`` on the PATH.
+
+Every row starts one ``shipping-async sandbox`` process serving A accounts (``--tokens-file``,
+one token and one 20-per-60 s order budget each, at ``--speed``) and then one worker process
+on it, with one client per account (tokens from ``SHIPPING_ACCESS_TOKEN__<ACCOUNT>``):
+
+- ``pg+redis``: the jobs are enqueued first into a fresh schema of the database
+  ``shipping_bench`` (its own, so that ``pg_stat_database`` counts only this run), then one
+  ``shipping-async worker --journal postgresql://... --limiter redis://...`` drains it; the
+  Redis is a private ``redis-server`` on a free port (so ``INFO commandstats`` counts only
+  this run).
+- ``sqlite+memory``: one ``shipping-async bulk CSV --journal FILE`` (SQLite journal,
+  in-process limiter): reading the CSV and enqueueing are part of the run.
+- ``bulk 1 acct``: the same on one account, the limit lifted on both sides, so the figure is
+  the pipeline's own cost.
+
+Columns: ``jobs/s`` = jobs / (first to last request the sandbox saw, real seconds);
+``bound`` = accounts x 20 per 60 sandbox seconds, in jobs/s; ``CPU ms/job`` and ``peak RSS``
+of the worker process alone (``wait4`` rusage); ``PG xact/job`` = committed + rolled back
+transactions of the run's database; ``Redis cmd/job`` and ``scripts/order`` from
+``INFO commandstats``; ``req/job`` = API requests the sandbox saw per job; ``lease fail`` =
+worker log lines saying a lease could not be renewed or was lost; ``429``, ``expired``
+(POST /orders refused because the estimate had expired) and ``dup`` (references ordered
+more than once) from the sandbox's own request log; ``done`` from the journal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import csv
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import asyncpg
+import redis.asyncio as aioredis
+
+ROOT = Path(__file__).resolve().parents[1]
+ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+BENCH_DB = "shipping_bench"
+BENCH_DSN = f"postgresql://postgres@127.0.0.1:5432/{BENCH_DB}"
+LIMIT, WINDOW = 20, 60.0
+LEASE_WORDS = ("could not be renewed", "lease lost")
+
+
+@dataclass
+class Row:
+    """What one run measured."""
+
+    label: str
+    accounts: int
+    jobs: int
+    bound: float
+    seconds: float = 0.0
+    cpu_ms: float = 0.0
+    rss_mib: float = 0.0
+    xacts: float | None = None
+    redis_calls: float | None = None
+    scripts: float | None = None
+    requests: float = 0.0
+    lease_failures: int = 0
+    too_many: int = 0
+    expired: int = 0
+    duplicates: int = 0
+    done: int = 0
+    code: int = 0
+    crashes: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def account_name(index: int) -> str:
+    return f"acct-{index:03d}"
+
+
+def token_env(account: str) -> str:
+    return "SHIPPING_ACCESS_TOKEN__" + account.upper().replace("-", "_")
+
+
+def write_batch(path: Path, accounts: int, jobs: int) -> None:
+    """``jobs`` rows cycled from the example batch, spread evenly over the accounts."""
+    with (ROOT / "examples" / "shipments.csv").open(newline="") as source:
+        template = list(csv.DictReader(source))
+    fields = [*template[0].keys(), "account"]
+    run = uuid.uuid4().hex[:6]
+    with path.open("w", newline="") as target:
+        writer = csv.DictWriter(target, fieldnames=fields)
+        writer.writeheader()
+        for index in range(jobs):
+            row = dict(template[index % len(template)])
+            row["customer_reference"] = f"MA-{run}-{index:05d}"
+            row["account"] = account_name(index % accounts)
+            writer.writerow(row)
+
+
+@contextlib.contextmanager
+def sandbox_process(
+    folder: Path, accounts: int, speed: float, rate_limit: int
+) -> Iterator[tuple[str, dict[str, str]]]:
+    """A sandbox in its own process; yields its base URL and account -> token."""
+    tokens = {account_name(i): f"tok-{uuid.uuid4().hex}" for i in range(accounts)}
+    tokens_file = folder / "tokens.txt"
+    tokens_file.write_text("".join(f"{name} {token}\n" for name, token in tokens.items()))
+    command = [sys.executable, "-m", "shipping_async", "sandbox", "--port", "0"]
+    command += ["--tokens-file", str(tokens_file), "--speed", str(speed)]
+    command += ["--rate-limit", str(rate_limit)]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        if not line.startswith("Sandbox listening on "):
+            raise SystemExit(f"the sandbox did not start: {line!r}")
+        yield line.split()[-1], tokens
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@contextlib.contextmanager
+def private_redis(folder: Path) -> Iterator[str]:
+    port = free_port()
+    command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
+    command += ["--appendonly", "no", "--dir", str(folder)]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    try:
+        for _ in range(500):
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port)):
+                break
+            time.sleep(0.01)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        process.kill()
+        process.wait()
+
+
+def run_measured(command: list[str], env: dict[str, str], log: Path) -> tuple[int, Any, float]:
+    """Run ``command`` to its end; its exit code, rusage and wall seconds."""
+    started = time.monotonic()
+    with log.open("wb") as output:
+        process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    return process.returncode, usage, time.monotonic() - started
+
+
+async def ensure_database() -> None:
+    admin = await asyncpg.connect(ADMIN_DSN)
+    try:
+        if not await admin.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", BENCH_DB):
+            await admin.execute(f'CREATE DATABASE "{BENCH_DB}"')
+    finally:
+        await admin.close()
+
+
+async def transactions() -> int:
+    """Transactions of the bench database, once every backend that ran some has reported."""
+    admin = await asyncpg.connect(ADMIN_DSN)
+    query = "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = $1"
+    try:
+        last = -1
+        for _ in range(40):  # backends report when idle or when they exit
+            await admin.execute("SELECT pg_stat_clear_snapshot()")
+            value = int(await admin.fetchval(query, BENCH_DB))
+            if value == last:
+                return value
+            last = value
+            await asyncio.sleep(0.25)
+        return last
+    finally:
+        await admin.close()
+
+
+async def judge(row: Row, base_url: str, token: str, speed: float) -> None:
+    """Throughput, requests, 429s, expired estimates and duplicates from the sandbox's log."""
+    root = base_url.removesuffix("/client_api/v2")
+    headers = {"Authorization": f"Bearer {token}"}
+    timeout = aiohttp.ClientTimeout(total=120)
+    async with (
+        aiohttp.ClientSession(timeout=timeout, headers=headers) as session,
+        session.get(f"{root}/_sandbox/requests") as reply,
+    ):
+        records: list[dict[str, Any]] = (await reply.json())["requests"]
+    moments = [r["monotonic"] for r in records]
+    row.seconds = (max(moments) - min(moments)) / speed if moments else 0.0
+    row.requests = len(records) / row.jobs
+    orders = [r for r in records if r["method"] == "POST" and r["path"] == "/orders"]
+    row.too_many = sum(1 for r in orders if r["status"] == 429)
+    row.expired = sum(1 for r in orders if "expired" in (r.get("detail") or ""))
+    made = Counter(r["customer_reference"] for r in orders if r["order_id"] is not None)
+    row.duplicates = sum(count - 1 for count in made.values() if count > 1)
+
+
+def read_log(row: Row, log: Path) -> None:
+    text = log.read_text(errors="replace")
+    row.lease_failures = sum(text.count(words) for words in LEASE_WORDS)
+    row.crashes = text.count("Traceback") + (1 if row.code not in (0, 1) else 0)
+    lines = [line for line in text.splitlines() if "error" in line.lower()]
+    row.notes += lines[:2]
+
+
+def worker_env(base_url: str, tokens: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHIPPING_")}
+    env["SHIPPING_BASE_URL"] = base_url
+    env.update({token_env(name): token for name, token in tokens.items()})
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+async def count_done(spec: str) -> int:
+    from shipping_async.bulk.journal import JobState
+    from shipping_async.scaleout.factory import open_journal
+
+    journal = await open_journal(spec)
+    try:
+        return (await journal.counts())[JobState.DONE]
+    finally:
+        await journal.close()
+
+
+async def enqueue(spec: str, batch: Path) -> None:
+    from shipping_async.bulk.readers import read_jobs
+    from shipping_async.scaleout.factory import open_journal
+
+    journal = await open_journal(spec)
+    try:
+        jobs = [job for job in read_jobs(batch) if not hasattr(job, "error")]
+        for start in range(0, len(jobs), 500):
+            await journal.add(jobs[start : start + 500])  # type: ignore[arg-type]
+    finally:
+        await journal.close()
+
+
+async def measure_pg(accounts: int, jobs: int, args: argparse.Namespace) -> Row:
+    row = Row("pg+redis", accounts, jobs, accounts * LIMIT * args.speed / WINDOW)
+    schema = f"bench_{uuid.uuid4().hex[:10]}"
+    spec = f"{BENCH_DSN}?schema={schema}"
+    with tempfile.TemporaryDirectory() as name:
+        folder = Path(name)
+        batch = folder / "batch.csv"
+        write_batch(batch, accounts, jobs)
+        with (
+            sandbox_process(folder, accounts, args.speed, LIMIT) as (base_url, tokens),
+            private_redis(folder) as redis_url,
+        ):
+            await enqueue(spec, batch)
+            redis = aioredis.Redis.from_url(redis_url)
+            await redis.config_resetstat()
+            before = await transactions()
+            command = [sys.executable, "-m", "shipping_async", "worker", "--journal", spec]
+            command += ["--limiter", redis_url, "--sandbox-speed", str(args.speed)]
+            command += ["--lease", str(args.lease), "--progress", "plain"]
+            log = folder / "worker.log"
+            row.code, usage, _ = run_measured(command, worker_env(base_url, tokens), log)
+            row.xacts = (await transactions() - before) / jobs
+            stats = await redis.info("commandstats")
+            await redis.aclose()
+            calls = {name: int(value["calls"]) for name, value in stats.items()}
+            row.redis_calls = (sum(calls.values()) - calls.get("cmdstat_info", 0)) / jobs
+            scripts = sum(v for k, v in calls.items() if "eval" in k or "fcall" in k)
+            row.scripts = scripts / jobs
+            _rusage(row, usage)
+            read_log(row, log)
+            await judge(row, base_url, next(iter(tokens.values())), args.speed)
+            row.done = await count_done(spec)
+    await _drop_schema(schema)
+    return row
+
+
+async def measure_bulk(
+    label: str, accounts: int, jobs: int, args: argparse.Namespace, *, lifted: bool
+) -> Row:
+    rate_limit = 1_000_000 if lifted else LIMIT
+    bound = float("nan") if lifted else accounts * LIMIT * args.speed / WINDOW
+    row = Row(label, accounts, jobs, bound)
+    with tempfile.TemporaryDirectory() as name:
+        folder = Path(name)
+        batch = folder / "batch.csv"
+        write_batch(batch, accounts, jobs)
+        with sandbox_process(folder, accounts, args.speed, rate_limit) as (base_url, tokens):
+            journal = folder / "journal.sqlite"
+            command = [sys.executable, "-m", "shipping_async", "bulk", str(batch)]
+            command += ["--journal", str(journal), "--base-url", base_url]
+            command += ["--sandbox-speed", str(args.speed), "--lease", str(args.lease)]
+            command += ["--progress", "plain"]
+            if lifted:
+                command += ["--rate-limit", f"{rate_limit}/1"]
+            env = worker_env(base_url, tokens)
+            if accounts == 1:
+                env["SHIPPING_ACCESS_TOKEN"] = next(iter(tokens.values()))
+            log = folder / "worker.log"
+            row.code, usage, _ = run_measured(command, env, log)
+            _rusage(row, usage)
+            read_log(row, log)
+            await judge(row, base_url, next(iter(tokens.values())), args.speed)
+            row.done = await count_done(str(journal))
+    return row
+
+
+def _rusage(row: Row, usage: Any) -> None:
+    row.cpu_ms = (usage.ru_utime + usage.ru_stime) * 1000 / row.jobs
+    # ru_maxrss is in KiB on Linux.
+    row.rss_mib = usage.ru_maxrss / 1024
+
+
+async def _drop_schema(schema: str) -> None:
+    connection = await asyncpg.connect(BENCH_DSN)
+    try:
+        await connection.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    finally:
+        await connection.close()
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    if value is None or value != value:  # None or NaN
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def print_row(row: Row) -> None:
+    rate = row.jobs / row.seconds if row.seconds else 0.0
+    ratio = rate / row.bound if row.bound == row.bound else float("nan")
+    cells = [
+        row.label,
+        str(row.accounts),
+        f"{row.done}/{row.jobs}",
+        _fmt(rate, 0),
+        _fmt(row.bound, 0),
+        _fmt(ratio, 2),
+        _fmt(row.cpu_ms, 2),
+        _fmt(row.xacts),
+        _fmt(row.redis_calls),
+        _fmt(row.scripts, 2),
+        _fmt(row.requests, 2),
+        f"{row.rss_mib:.0f} MiB",
+        str(row.lease_failures),
+        str(row.too_many),
+        str(row.expired),
+        str(row.duplicates),
+        f"{row.code}/{row.crashes}",
+    ]
+    print("| " + " | ".join(cells) + " |", flush=True)
+    for note in row.notes:
+        print(f"    {row.label} {row.accounts}: {note[:160]}", file=sys.stderr)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--accounts", default="10,50,200", help="accounts per row")
+    parser.add_argument("--jobs", default="600,2000,6000", help="jobs per row (same order)")
+    parser.add_argument("--speed", type=float, default=60.0, help="sandbox clock speed")
+    parser.add_argument("--lease", type=float, default=10.0, help="the worker's --lease")
+    parser.add_argument("--bulk-jobs", type=int, default=2000, help="jobs of the bulk row")
+    parser.add_argument("--only", default="pg,sqlite,bulk", help="which kinds of rows")
+    args = parser.parse_args()
+    pairs = list(
+        zip(
+            (int(a) for a in args.accounts.split(",")),
+            (int(n) for n in args.jobs.split(",")),
+            strict=True,
+        )
+    )
+    kinds = set(args.only.split(","))
+    print(
+        f"sandbox speed {args.speed:g} (the 60 s window lasts {WINDOW / args.speed:g} s real), "
+        f"--lease {args.lease:g}; one worker process per row; 2 cores shared with the "
+        "sandbox, PostgreSQL and Redis"
+    )
+    print(
+        "| run | accounts | done | jobs/s | bound | ratio | CPU ms/job | PG xact/job "
+        "| Redis cmd/job | scripts/job | req/job | peak RSS | lease fail | 429 | expired "
+        "| dup | exit/crash |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    if "pg" in kinds:
+        await ensure_database()
+        for accounts, jobs in pairs:
+            print_row(await measure_pg(accounts, jobs, args))
+    if "sqlite" in kinds:
+        for accounts, jobs in pairs:
+            print_row(await measure_bulk("sqlite+memory", accounts, jobs, args, lifted=False))
+    if "bulk" in kinds:
+        print_row(await measure_bulk("bulk 1 acct", 1, args.bulk_jobs, args, lifted=True))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
