@@ -5,6 +5,7 @@
     ShippingError
     ├── ConfigurationError              the client cannot be built as asked (also a ValueError)
     ├── RequestValidationError          a request failed client-side checks (names the field)
+    ├── InputFileError                  a file of shipments cannot be read (file, line, field)
     ├── NoPickupWindowError             no offered pickup slot fits the wish (says why)
     ├── LimiterUnavailableError         the shared order limiter is unreachable: nothing sent
     └── APIError                        something went wrong talking to the API
@@ -52,6 +53,7 @@ __all__ = [
     "AuthenticationError",
     "BadRequestError",
     "ConfigurationError",
+    "InputFileError",
     "InternalServerError",
     "LimiterUnavailableError",
     "NoHubForRouteError",
@@ -91,6 +93,24 @@ class RequestValidationError(ShippingError, ValueError):
         self.problems = problems if problems else [(field, reason)]
         self.field, self.reason = self.problems[0]
         super().__init__("; ".join(f"{name}: {why}" for name, why in self.problems))
+
+
+class InputFileError(ShippingError, ValueError):
+    """A file of shipments cannot be read as a whole: ``path``, ``line`` and ``field`` say where.
+
+    A row that reads but does not make a valid shipment is not this error: it becomes a
+    failed result of its own and the other rows go on. This one is for what stops the
+    reading itself: bytes that are not UTF-8, a CSV field over the size limit, a line over
+    the length limit.
+    """
+
+    def __init__(self, path: str, line: int, reason: str, *, field: str | None = None) -> None:
+        self.path = path
+        self.line = line
+        self.field = field
+        self.reason = reason
+        where = f" field {field}:" if field else ""
+        super().__init__(f"{path}:{line}:{where} {reason}")
 
 
 class NoPickupWindowError(ShippingError):

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Collection, Mapping
-from typing import Any, Self, Unpack
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
+from typing import Any, Self, TypeVar, Unpack
 
 import msgspec
 
@@ -14,9 +14,12 @@ from shipping_async.bulk.journal import (
     JobFields,
     JobRecord,
     JobState,
+    JournalError,
     JournalStateError,
     LeaseLostError,
 )
+
+T = TypeVar("T")
 
 #: The names of :class:`JobFields`; each store keeps each of them.
 JOB_FIELDS = frozenset(JobFields.__annotations__)
@@ -28,6 +31,22 @@ DIED_MID_ORDER = (
 )
 JOB_ENCODER = msgspec.json.Encoder()
 JOB_DECODER = msgspec.json.Decoder(ShipmentJob)
+
+
+def read_column(key: str, column: str, decode: Callable[[Any], T], raw: Any) -> T:
+    """``decode(raw)`` of one stored column, or a ``JournalError`` naming the job and column.
+
+    A journal file is input like any other: damaged, or written by another program, it
+    must stop the run with a sentence, not a traceback from deep inside a decoder.
+    """
+    try:
+        return decode(raw)
+    except (ValueError, TypeError, RecursionError) as exc:  # msgspec's errors are ValueErrors
+        reason = str(exc)[:200]
+        raise JournalError(
+            f"the journal's job {key!r}: column {column}: {reason} (the journal is damaged "
+            "or was written by another program)"
+        ) from None
 
 
 def check_fields(fields: Mapping[str, Any]) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import sqlite3
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -17,6 +19,7 @@ from shipping_async.bulk._journal_store import (
     JOB_FIELDS,
     NO_ERROR,
     no_such_job,
+    read_column,
 )
 from shipping_async.bulk.journal import (
     JobFields,
@@ -56,6 +59,8 @@ Write = tuple[Callable[[sqlite3.Connection], Any], "asyncio.Future[Any]"]
 
 
 def connect(path: str, now: datetime) -> sqlite3.Connection:
+    if path != ":memory:":
+        _create_private(path)
     db = sqlite3.connect(path, timeout=0.2, isolation_level=None, check_same_thread=False)
     try:
         db.execute("PRAGMA locking_mode = EXCLUSIVE")
@@ -66,14 +71,31 @@ def connect(path: str, now: datetime) -> sqlite3.Connection:
         db.close()
         raise JournalError(
             f"cannot open the journal {path}: {exc} (is another run using it?)"
-        ) from exc
-    db.executescript(_SCHEMA)  # commits; the exclusive lock stays held
-    db.execute("BEGIN IMMEDIATE")
-    # One process at a time: whatever a previous process leased is abandoned.
-    expire_orders(db, now, everyone=True)
-    db.execute("UPDATE jobs SET lease_owner = NULL, lease_until = NULL")
-    db.execute("COMMIT")
+        ) from None
+    except sqlite3.DatabaseError as exc:  # "file is not a database"
+        db.close()
+        raise JournalError(f"cannot open the journal {path}: {exc}") from None
+    try:
+        db.executescript(_SCHEMA)  # commits; the exclusive lock stays held
+        db.execute("BEGIN IMMEDIATE")
+        # One process at a time: whatever a previous process leased is abandoned.
+        expire_orders(db, now, everyone=True)
+        db.execute("UPDATE jobs SET lease_owner = NULL, lease_until = NULL")
+        db.execute("COMMIT")
+    except (sqlite3.DatabaseError, JournalError) as exc:  # a table of another shape
+        db.close()
+        raise JournalError(f"cannot open the journal {path}: {exc}") from None
     return db
+
+
+def _create_private(path: str) -> None:
+    # The journal holds names, phones and addresses: a new file is readable by its owner
+    # only. SQLite gives its -wal file the mode of the database file.
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except OSError as exc:
+        raise JournalError(f"cannot create the journal {path}: {exc.strerror or exc}") from None
 
 
 def commit_batch(db: sqlite3.Connection, batch: list[Write]) -> list[tuple[bool, Any]]:
@@ -183,15 +205,15 @@ def to_record(row: tuple[Any, ...]) -> JobRecord:
     key, account, state, job, facts, attempts, owner, until, intent, updated = row
     return JobRecord(
         key=key,
-        job=JOB_DECODER.decode(job),
-        state=JobState(state),
+        job=read_column(key, "job", JOB_DECODER.decode, job),
+        state=read_column(key, "state", JobState, state),
         account=account,
         attempts=attempts,
         lease_owner=owner,
         lease_until=datetime.fromtimestamp(until, UTC) if until is not None else None,
         order_intent_at=datetime.fromisoformat(intent) if intent else None,
         updated_at=datetime.fromisoformat(updated),
-        **_FACTS.decode(facts),
+        **read_column(key, "facts", _FACTS.decode, facts),
     )
 
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import re
+from collections.abc import Iterator
+from typing import Annotated, Any
 
 import msgspec
 
+from shipping_async.errors import RequestValidationError
 from shipping_async.models import (
     Address,
     ClearanceDetail,
@@ -16,6 +19,16 @@ from shipping_async.models import (
 )
 
 __all__ = ["InvalidJob", "OrderDetails", "ShipmentJob"]
+
+# C0 and C1 controls, DEL and NUL: none belongs in a name, an address or a reference, and
+# NUL is refused by PostgreSQL (a whole batch at once) but stored by SQLite. Refusing the
+# job here makes both journals, the API and the terminal see the same thing.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# The same in JSON as msgspec writes it: C0 controls escaped (\n, \u001b), DEL and the C1
+# controls raw in UTF-8. A literal backslash before one of these letters also matches;
+# the exact check then finds nothing.
+_MAYBE_CONTROL = re.compile(rb"\\[bfnrtu]|\x7f|\xc2[\x80-\x9f]")
+_ENCODER = msgspec.json.Encoder()
 
 _NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
 
@@ -69,6 +82,28 @@ class ShipmentJob(msgspec.Struct, kw_only=True, omit_defaults=True):
     def __post_init__(self) -> None:
         if not self.key:
             self.key = self.order.customer_reference
+        if _MAYBE_CONTROL.search(_ENCODER.encode(self)) is None:
+            return  # the common case, at a tenth of the cost of walking every string
+        for path, text in _texts(msgspec.to_builtins(self, enc_hook=str), ""):
+            found = _CONTROL.search(text)
+            if found is not None:
+                raise RequestValidationError(
+                    path,
+                    f"holds the control character {found[0]!r}; control characters and "
+                    "NUL are not allowed in any text",
+                )
+
+
+def _texts(value: Any, path: str) -> Iterator[tuple[str, str]]:
+    """Every string of a builtins tree, with its path (``order.origin_address.name``)."""
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, dict):
+        for name, item in value.items():
+            yield from _texts(item, f"{path}.{name}" if path else str(name))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _texts(item, f"{path}[{index}]")
 
 
 class InvalidJob(msgspec.Struct, frozen=True, kw_only=True):

@@ -57,10 +57,10 @@ from typing import Any
 import msgspec
 
 from shipping_async.bulk.jobs import InvalidJob, ShipmentJob
-from shipping_async.errors import RequestValidationError
+from shipping_async.errors import InputFileError, RequestValidationError
 from shipping_async.models import validate_request
 
-__all__ = ["count_rows", "read_jobs"]
+__all__ = ["MAX_LINE_BYTES", "count_rows", "read_jobs"]
 
 _REQUIRED = (
     "customer_reference",
@@ -128,6 +128,14 @@ _COLUMN_OF: dict[str, str] = {
 }
 
 
+#: The longest line read (bytes): a longer one stops the reading with an InputFileError.
+MAX_LINE_BYTES = 1 << 20
+# Python's csv module (before 3.13) refuses a NUL anywhere in a line, which would make a NUL
+# stop the whole file: it is carried through the parser as this noncharacter, put back in
+# each cell, and refused per row with its field named, like every control character.
+_NUL_STAND_IN = "\uffff"
+
+
 class RowError(ValueError):
     """A row that does not make a job; ``field`` is the column at fault."""
 
@@ -137,58 +145,121 @@ class RowError(ValueError):
 
 
 def read_jobs(path: str | Path) -> Iterator[ShipmentJob | InvalidJob]:
-    """Stream the jobs of a ``.csv`` or ``.jsonl`` file, an :class:`InvalidJob` per bad row."""
+    """Stream the jobs of a ``.csv`` or ``.jsonl`` file, an :class:`InvalidJob` per bad row.
+
+    Raises :class:`~shipping_async.errors.InputFileError` (file, line, reason) when the
+    file itself cannot be read: bytes that are not UTF-8, a CSV field over
+    ``csv.field_size_limit()``, a line over :data:`MAX_LINE_BYTES`. Nothing else escapes.
+    """
     path = Path(path)
-    if path.suffix.lower() in (".jsonl", ".ndjson", ".json"):
+    if _is_jsonl(path):
         return _read_jsonl(path)
     return _read_csv(path)
 
 
 def count_rows(path: str | Path) -> int:
-    """How many rows :func:`read_jobs` will yield (read once, nothing kept)."""
+    """How many rows :func:`read_jobs` will yield (read once, nothing kept).
+
+    Reads the whole file as :func:`read_jobs` does, so a file that cannot be read raises
+    its :class:`~shipping_async.errors.InputFileError` here, before anything is sent.
+    """
     path = Path(path)
-    with path.open(encoding="utf-8", newline="") as file:
-        if path.suffix.lower() in (".jsonl", ".ndjson", ".json"):
-            return sum(1 for line in file if line.strip())
-        return sum(1 for _ in csv.DictReader(file))
+    if _is_jsonl(path):
+        return sum(1 for _, line in _lines(path) if line.strip())
+    return sum(1 for _ in _csv_rows(path))
+
+
+def _is_jsonl(path: Path) -> bool:
+    return path.suffix.lower() in (".jsonl", ".ndjson", ".json")
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` of each line, decoded as UTF-8 (a leading BOM dropped)."""
+    try:
+        file = path.open("rb")
+    except OSError as exc:
+        raise InputFileError(str(path), 0, f"cannot open: {exc.strerror or exc}") from None
+    with file:
+        number = 0
+        while raw := file.readline(MAX_LINE_BYTES + 1):
+            number += 1
+            if len(raw) > MAX_LINE_BYTES:
+                raise InputFileError(str(path), number, f"line longer than {MAX_LINE_BYTES} bytes")
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputFileError(
+                    str(path),
+                    number,
+                    f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); "
+                    "save the file as UTF-8",
+                ) from None
+            yield number, text.removeprefix("\ufeff") if number == 1 else text
+
+
+def _csv_rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
+    read = 0  # the last line handed to the parser: where a parse error is
+
+    def lines() -> Iterator[str]:
+        nonlocal read
+        for read, line in _lines(path):  # noqa: B007 - read is the parser's position
+            yield line.replace("\x00", _NUL_STAND_IN)
+
+    rows = csv.DictReader(lines())
+    while True:
+        try:
+            row = next(rows)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise InputFileError(str(path), read, str(exc)) from None
+        yield (
+            rows.line_num,
+            {
+                k.replace(_NUL_STAND_IN, "\x00"): (v or "").replace(_NUL_STAND_IN, "\x00")
+                for k, v in row.items()
+                if k and isinstance(v, str | None)
+            },
+        )
 
 
 def _read_csv(path: Path) -> Iterator[ShipmentJob | InvalidJob]:
-    with path.open(encoding="utf-8-sig", newline="") as file:
-        rows = csv.DictReader(file)
-        for row in rows:
-            yield _job_or_error({k: v for k, v in row.items() if k}, rows.line_num)
+    for line, row in _csv_rows(path):
+        yield _job_or_error(row, line)
 
 
 def _read_jsonl(path: Path) -> Iterator[ShipmentJob | InvalidJob]:
-    with path.open(encoding="utf-8") as file:
-        for line_number, line in enumerate(file, start=1):
-            if not line.strip():
-                continue
-            try:
-                data = json.loads(line)
-                if not isinstance(data, dict):
-                    raise RowError("(line)", "expected a JSON object")
-            except (ValueError, RowError) as exc:
-                yield InvalidJob(key=f"line-{line_number}", row=line_number, error=f"{exc}")
-                continue
-            if "quote" in data:
-                yield _nested(data, line_number)
-            else:
-                row = {str(k): "" if v is None else str(v) for k, v in data.items()}
-                yield _job_or_error(row, line_number)
+    for line_number, line in _lines(path):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except ValueError as exc:
+            yield InvalidJob(key=f"line-{line_number}", row=line_number, error=f"{exc}")
+            continue
+        except RecursionError:
+            error = "field (line): nested too deeply to be a shipment"
+            yield InvalidJob(key=f"line-{line_number}", row=line_number, error=error)
+            continue
+        if not isinstance(data, dict):
+            error = "field (line): expected a JSON object"
+            yield InvalidJob(key=f"line-{line_number}", row=line_number, error=error)
+        elif "quote" in data:
+            yield _nested(data, line_number)
+        else:
+            row = {str(k): "" if v is None else str(v) for k, v in data.items()}
+            yield _job_or_error(row, line_number)
 
 
 def _nested(data: dict[str, Any], line: int) -> ShipmentJob | InvalidJob:
-    key = str(data.get("key") or data.get("order", {}).get("customer_reference") or f"line-{line}")
+    order = data.get("order")
+    reference = order.get("customer_reference") if isinstance(order, dict) else None
+    key = str(data.get("key") or reference or f"line-{line}")
     try:
         job = msgspec.convert(data, ShipmentJob, strict=False)
         _validate(job)
-    except msgspec.ValidationError as exc:
-        return InvalidJob(key=key, row=line, error=f"line {line}: {_field_error(exc)}")
-    except RequestValidationError as exc:
-        fields = "; ".join(f"field {_column(field)}: {reason}" for field, reason in exc.problems)
-        return InvalidJob(key=key, row=line, error=f"line {line}: {fields}")
+    except (msgspec.ValidationError, RequestValidationError, RecursionError) as exc:
+        return InvalidJob(key=key, row=line, error=f"line {line}: {_row_error(exc)}")
     return job
 
 
@@ -198,14 +269,24 @@ def _job_or_error(row: dict[str, str], line: int) -> ShipmentJob | InvalidJob:
     try:
         job = msgspec.convert(_nest(cells), ShipmentJob, strict=False)
         _validate(job)
-    except RowError as exc:
-        return InvalidJob(key=key, row=line, error=f"line {line}: {exc}")
-    except msgspec.ValidationError as exc:
-        return InvalidJob(key=key, row=line, error=f"line {line}: {_field_error(exc)}")
-    except RequestValidationError as exc:
-        fields = "; ".join(f"field {_column(field)}: {reason}" for field, reason in exc.problems)
-        return InvalidJob(key=key, row=line, error=f"line {line}: {fields}")
+    except (RowError, msgspec.ValidationError, RequestValidationError) as exc:
+        return InvalidJob(key=key, row=line, error=f"line {line}: {_row_error(exc)}")
     return job
+
+
+def _row_error(exc: Exception) -> str:
+    """``field COLUMN: reason`` for any refusal of a row."""
+    if isinstance(exc, msgspec.ValidationError) and isinstance(
+        exc.__cause__, RequestValidationError
+    ):
+        exc = exc.__cause__  # raised by a struct's own check (ShipmentJob's text check)
+    if isinstance(exc, RequestValidationError):
+        return "; ".join(f"field {_column(field)}: {reason}" for field, reason in exc.problems)
+    if isinstance(exc, msgspec.ValidationError):
+        return _field_error(exc)
+    if isinstance(exc, RecursionError):
+        return "field (line): nested too deeply to be a shipment"
+    return str(exc)
 
 
 def _validate(job: ShipmentJob) -> None:

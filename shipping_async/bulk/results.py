@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import os
+import re
 from datetime import date, time
 from decimal import Decimal
 from enum import StrEnum
@@ -118,18 +120,41 @@ class ShipmentResult(msgspec.Struct, kw_only=True, omit_defaults=True):
 #: The columns of a CSV result file, in order.
 CSV_COLUMNS = tuple(ShipmentResult.__struct_fields__)
 
+# A spreadsheet runs a cell that starts with one of these as a formula (OWASP's list,
+# tab and carriage return included); a number such as -12.50 is left as it is.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_NUMBER = re.compile(r"[+-]?\d+(\.\d+)?")
+
+
+def _spreadsheet_safe(value: object) -> object:
+    """A CSV cell no spreadsheet runs: text starting like a formula gets a leading ``'``.
+
+    >>> _spreadsheet_safe("=1+2"), _spreadsheet_safe("-12.50")
+    ("'=1+2", '-12.50')
+    """
+    if isinstance(value, str) and value.startswith(_FORMULA_START) and not _NUMBER.fullmatch(value):
+        return "'" + value
+    return value
+
+
+def _create_private(path: Path) -> IO[str]:
+    # Results hold names, phones and addresses: a new file is readable by its owner only.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    return open(fd, "w", encoding="utf-8", newline="")
+
 
 class ResultWriter:
     """Writes results to ``path`` as JSON lines (``.jsonl``) or CSV (``.csv``), one per line.
 
     Each result is flushed as written, so a crash loses at most the line being written;
-    the journal, not this file, is the record of what was done.
+    the journal, not this file, is the record of what was done. A new file is created
+    ``0600``; CSV cells that a spreadsheet would run as a formula start with ``'``.
     """
 
     def __init__(self, path: str | Path) -> None:
         self._path = Path(path)
         self._csv = self._path.suffix.lower() == ".csv"
-        self._file: IO[str] = self._path.open("w", encoding="utf-8", newline="")
+        self._file: IO[str] = _create_private(self._path)
         self._encoder = msgspec.json.Encoder()
         self._rows: Any = None
         if self._csv:
@@ -141,7 +166,9 @@ class ResultWriter:
         if self._rows is not None:
             row = msgspec.to_builtins(msgspec.structs.asdict(result))
             row["waybills"] = ";".join(waybill or "" for waybill in result.waybills)
-            self._rows.writerow({column: row.get(column, "") for column in CSV_COLUMNS})
+            self._rows.writerow(
+                {column: _spreadsheet_safe(row.get(column, "")) for column in CSV_COLUMNS}
+            )
         else:
             self._file.write(self._encoder.encode(result).decode() + "\n")
         self._file.flush()

@@ -32,6 +32,7 @@ from shipping_async.bulk._journal_store import (
     JournalStore,
     lease_lost,
     not_unknown,
+    read_column,
     reconciled_state,
     wrong_state,
 )
@@ -226,8 +227,11 @@ class SQLiteJournal(JournalStore):
 
     async def counts(self) -> dict[JobState, int]:
         def count(db: sqlite3.Connection) -> dict[JobState, int]:
-            found = dict(db.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state"))
-            return {state: int(found.get(state.value, 0)) for state in JobState}
+            found: dict[JobState, int] = dict.fromkeys(JobState, 0)
+            sql = "SELECT state, COUNT(*), MIN(key) FROM jobs GROUP BY state"
+            for state, count, key in db.execute(sql):
+                found[read_column(key, "state", JobState, state)] = int(count)
+            return found
 
         return await self._read(count)
 

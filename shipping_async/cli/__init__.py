@@ -25,10 +25,39 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the process exit code."""
+    """Run the command line; returns the process exit code.
+
+    A documented error that no subcommand handled (an unreadable input file, a damaged
+    journal, a plain-http remote ``--base-url``) is a setup error: one line on stderr,
+    exit code 2, no traceback.
+    """
+    from shipping_async.bulk.journal import JournalError
+    from shipping_async.cli._terminal import printable
+    from shipping_async.errors import ShippingError
+
     args = build_parser().parse_args(argv)
-    code: int = args.handler(args)
+    documented = (ShippingError, JournalError)
+    try:
+        code: int = args.handler(args)
+    except documented as exc:
+        print(f"error: {printable(exc)}", file=sys.stderr)
+        return 2
+    except BaseExceptionGroup as group:  # raised inside a task group of the run
+        matched, rest = group.split(documented)
+        if matched is None or rest is not None:
+            raise
+        for leaf in _leaves(matched):
+            print(f"error: {printable(leaf)}", file=sys.stderr)
+        return 2
     return code
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    return [
+        leaf
+        for exc in group.exceptions
+        for leaf in (_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    ]
 
 
 if __name__ == "__main__":  # pragma: no cover

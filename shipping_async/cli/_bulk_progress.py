@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Protocol, TextIO
 
 from shipping_async.bulk.journal import JobState
 from shipping_async.bulk.results import ResultStatus, ShipmentResult
+from shipping_async.cli._terminal import printable, rich_text
 
 if TYPE_CHECKING:
     from rich.progress import TaskID
@@ -107,7 +108,9 @@ class PlainDisplay:
             )
 
     def message(self, text: str) -> None:
-        print(text, file=self._stream, flush=True)
+        # Keys, error texts, waybills come from cells and answers: a whole line is escaped,
+        # so none of them can move the cursor, clear the screen or forge a line.
+        print(printable(text), file=self._stream, flush=True)
 
     def stop(self) -> None:
         return None
@@ -149,9 +152,10 @@ class RichDisplay:
         if self._task is not None:
             self._progress.advance(self._task)
         if result.status is not ResultStatus.DONE and not result.resumed:
+            # Keys and error texts come from cells and answers: never read as markup.
             self._progress.console.print(
-                f"[yellow]{result.status.value}[/] {result.key} at {result.stage.value}: "
-                f"{result.error}",
+                f"[yellow]{result.status.value}[/] {rich_text(result.key)} at "
+                f"{result.stage.value}: {rich_text(result.error)}",
                 markup=True,
                 highlight=False,
             )
@@ -169,7 +173,7 @@ class RichDisplay:
         )
 
     def message(self, text: str) -> None:
-        self._progress.console.print(text, markup=False, highlight=False)
+        self._progress.console.print(printable(text), markup=False, highlight=False)
 
     def stop(self) -> None:
         self.tick()

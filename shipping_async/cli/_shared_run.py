@@ -19,6 +19,7 @@ from typing import Any
 from shipping_async.bulk.choice import EstimateChooser
 from shipping_async.bulk.journal import JobState
 from shipping_async.cli._common import drain, showing
+from shipping_async.cli._terminal import printable
 from shipping_async.clock import Clock, ScaledClock, SystemClock
 
 __all__ = ["add_scaleout_options", "run_shared"]
@@ -164,15 +165,17 @@ class _SharedRun:
     async def _enqueue(self, journal: Any, path: str) -> list[str]:
         """Add the input's jobs to the journal (known keys keep their progress)."""
         from shipping_async.bulk.jobs import InvalidJob, ShipmentJob
-        from shipping_async.bulk.readers import read_jobs
+        from shipping_async.bulk.readers import count_rows, read_jobs
 
+        count_rows(path)  # a file that cannot be read stops here, before any job is added
         keys: list[str] = []
         chunk: list[ShipmentJob] = []
         invalid = 0
         for item in read_jobs(path):
             if isinstance(item, InvalidJob):
                 invalid += 1
-                print(f"failed {item.key} row={item.row} error={item.error}", file=sys.stderr)
+                line = f"failed {item.key} row={item.row} error={item.error}"
+                print(printable(line), file=sys.stderr)
                 continue
             chunk.append(item)
             if len(chunk) >= 500:
@@ -187,7 +190,10 @@ class _SharedRun:
         keys = []
         for job, record in zip(jobs, await journal.add(jobs), strict=True):
             if record.job != job:
-                print(f"failed {job.key}: key already used by a different job", file=sys.stderr)
+                print(
+                    f"failed {printable(job.key)}: key already used by a different job",
+                    file=sys.stderr,
+                )
             else:
                 keys.append(job.key)
         return keys

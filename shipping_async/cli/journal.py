@@ -14,6 +14,8 @@ import asyncio
 import sys
 from typing import Any
 
+from shipping_async.cli._terminal import printable
+
 __all__ = ["register", "run_init", "run_reconcile"]
 
 
@@ -92,9 +94,9 @@ async def _reconcile(spec: str, key: str, order_id: int | None) -> int:
     try:
         record = await journal.reconcile(key, order_id=order_id)
     except JournalError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {printable(exc)}", file=sys.stderr)
         return 2
     finally:
         await journal.close()
-    print(f"{record.key}: {record.state.value}")
+    print(f"{printable(record.key)}: {record.state.value}")
     return 0

@@ -11,6 +11,8 @@ import asyncio
 import sys
 from typing import Any, TextIO
 
+from shipping_async.cli._terminal import printable
+
 __all__ = ["print_status", "register", "run"]
 
 
@@ -43,7 +45,7 @@ async def _main(spec: str) -> int:
     try:
         journal: Any = await open_journal(spec)
     except (JournalError, OSError, ValueError) as exc:
-        print(f"error: cannot open the journal: {exc}", file=sys.stderr)
+        print(f"error: cannot open the journal: {printable(exc)}", file=sys.stderr)
         return 2
     try:
         await print_status(journal, sys.stdout)
@@ -64,7 +66,7 @@ async def print_status(journal: Any, out: TextIO) -> None:
     header = ["account", *(state.value for state in states), "total"]
     rows = [
         [
-            account or "(default)",
+            printable(account) or "(default)",
             *(str(counts[state]) for state in states),
             str(sum(counts.values())),
         ]
@@ -81,8 +83,8 @@ async def print_status(journal: Any, out: TextIO) -> None:
         for record in unknown:
             since = record.order_intent_at.isoformat() if record.order_intent_at else "-"
             print(
-                f"  {record.key}  account={record.account or '(default)'}  "
-                f"customer_reference={record.job.order.customer_reference}  "
+                f"  {printable(record.key)}  account={printable(record.account) or '(default)'}  "
+                f"customer_reference={printable(record.job.order.customer_reference)}  "
                 f"intent_at={since}",
                 file=out,
             )

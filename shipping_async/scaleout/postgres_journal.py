@@ -35,6 +35,7 @@ from shipping_async.bulk._journal_store import (
     lease_lost,
     no_such_job,
     not_unknown,
+    read_column,
     reconciled_state,
     wrong_state,
 )
@@ -358,8 +359,8 @@ def _record(row: Any) -> JobRecord:
     facts["waybills"] = list(row["waybills"])
     return JobRecord(
         key=row["key"],
-        job=JOB_DECODER.decode(row["job"]),
-        state=JobState(row["state"]),
+        job=read_column(row["key"], "job", JOB_DECODER.decode, row["job"]),
+        state=read_column(row["key"], "state", JobState, row["state"]),
         account=row["account"],
         attempts=row["attempts"],
         lease_owner=row["lease_owner"],

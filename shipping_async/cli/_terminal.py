@@ -1,0 +1,35 @@
+"""Text from cells, keys and answers made safe for a terminal: control characters escaped.
+
+A key such as ``"\\x1b[2J"`` would clear the screen and a ``"\\n"`` in an error text would
+forge a line of output; :func:`printable` writes every such character as its Python escape
+(``\\x1b``, ``\\n``), so what the terminal shows is what the value holds. Bidirectional
+overrides (U+202A-U+202E, U+2066-U+2069) are escaped too: they reorder what a reader sees.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["printable", "rich_text"]
+
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    return match[0].encode("unicode_escape").decode("ascii")
+
+
+def printable(value: object) -> str:
+    """``str(value)`` with every control character written as its escape sequence.
+
+    >>> printable("ACME\\x1b[2J\\n42")
+    'ACME\\\\x1b[2J\\\\n42'
+    """
+    return _UNSAFE.sub(_escape, str(value))
+
+
+def rich_text(value: object) -> str:
+    """:func:`printable`, with rich's markup escaped too (``[/]`` shows as written)."""
+    from rich.markup import escape
+
+    return escape(printable(value))
