@@ -239,13 +239,14 @@ class RollingWindowLimiter:
 
         Each ``age`` (seconds ago, on this limiter's clock) holds a permit until
         ``now - age + window + margin``, exactly as if it had been released then with
-        ``sent=True``. A negative age (a clock that went back) counts as now; ages older
-        than ``window + margin`` hold nothing.
+        ``sent=True``. A negative age holds the permit that much longer (a request that
+        may reach the server a little later); ages older than ``window + margin`` hold
+        nothing.
         """
         now = self._clock.monotonic()
-        sent = [now - max(0.0, float(age)) for age in ages]
-        if any(math.isnan(at) for at in sent):
-            raise ValueError("ages: must be numbers of seconds, got NaN")
+        sent = [now - float(age) for age in ages]
+        if not all(math.isfinite(at) for at in sent):
+            raise ValueError("ages: must be finite numbers of seconds")
         self._cooling = deque(sorted([*self._cooling, *sent]))
         self._wake(now)
 

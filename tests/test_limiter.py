@@ -103,7 +103,7 @@ async def test_remembered_orders_merge_with_the_limiters_own_in_time_order(
     own = await limiter.acquire()
     clock.advance(30)
     await limiter.release(own, sent=True)  # cools at 30 + 61
-    limiter.remember_sent([20.0, -5.0])  # sent at 10 (cools at 71); a future stamp is now
+    limiter.remember_sent([20.0, -5.0])  # sent at 10 (cools at 71) and one still to arrive
 
     assert limiter.available() == 0
     assert limiter.next_free_at() == pytest.approx(10 + WINDOW + MARGIN)

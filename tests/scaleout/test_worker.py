@@ -104,3 +104,33 @@ async def test_an_account_without_a_token_is_left_to_others_and_the_rest_ships(
     assert finished == ["n-1"]
     assert "SHIPPING_ACCESS_TOKEN__SOUTH" in caplog.text
     assert (await journal.get("s-1")).state is JobState.PENDING  # type: ignore[union-attr]
+
+
+async def test_a_new_worker_with_an_in_process_limiter_waits_for_the_window_others_filled(
+    sandbox: SandboxServer, journal: PostgresJournal
+) -> None:
+    def memory_clients() -> AccountClients:
+        clock = ScaledClock(SPEED)
+        return AccountClients(
+            lambda account: open_limiter("memory", account=account, clock=clock),
+            environ={"SHIPPING_ACCESS_TOKEN__NORTH": sandbox.token},
+            base_url=sandbox.base_url,
+            clock=clock,
+        )
+
+    for batch in range(2):  # the second worker is a new process: its limiter starts empty
+        await journal.add([make_job(f"n-{batch}-{index:02d}", "north") for index in range(20)])
+        clients = memory_clients()
+        try:
+            worker = Worker(journal, clients.client, lease=LEASE, clock=ScaledClock(SPEED))
+            finished = await asyncio.wait_for(_keys(worker), 20)
+        finally:
+            await clients.aclose()
+        assert len(finished) == 20
+
+    orders = sandbox.control.requests(method="POST", path="/orders")
+    assert Counter(record.status for record in orders) == {201: 40}
+
+
+async def _keys(worker: Worker) -> list[str]:
+    return [result.key async for result in worker.run()]
