@@ -43,6 +43,7 @@ from shipping_async.errors import (
     NotFoundError,
     OrderAlreadyLiveError,
     OrderOutcomeUnknownError,
+    OrderWaitTimeoutError,
     OutcomeUnknownError,
     RateLimitError,
     RateLimitInfo,
@@ -51,6 +52,11 @@ from shipping_async.errors import (
     UnprocessableEntityError,
     error_for_status,
     parse_rate_limit,
+)
+from shipping_async.ledger import (
+    LedgerEntry,
+    OrderLedger,
+    SQLiteOrderLedger,
 )
 from shipping_async.limiter import (
     OrderLimiter,
@@ -90,6 +96,9 @@ from shipping_async.models import (
     WeightBreakdown,
     choose_pickup_window,
 )
+from shipping_async.resources import (
+    CancelledOrder,
+)
 from shipping_async.sandbox import (
     SandboxServer,
     create_app,
@@ -121,6 +130,7 @@ __all__ = [
     "BadRequestError",
     "BillableWeight",
     "BulkShipper",
+    "CancelledOrder",
     "ClearanceDetail",
     "ClientHooks",
     "Clock",
@@ -133,6 +143,7 @@ __all__ = [
     "InternalServerError",
     "JobState",
     "Journal",
+    "LedgerEntry",
     "LegMatch",
     "LimiterUnavailableError",
     "LineItem",
@@ -145,10 +156,12 @@ __all__ = [
     "OrderAlreadyLiveError",
     "OrderDetails",
     "OrderDocument",
+    "OrderLedger",
     "OrderLimiter",
     "OrderOutcomeUnknownError",
     "OrderRequest",
     "OrderStatus",
+    "OrderWaitTimeoutError",
     "OutcomeUnknownError",
     "Package",
     "Permit",
@@ -163,6 +176,7 @@ __all__ = [
     "RequestValidationError",
     "RollingWindowLimiter",
     "SQLiteJournal",
+    "SQLiteOrderLedger",
     "SandboxServer",
     "ScaledClock",
     "SchedulePickupRequest",

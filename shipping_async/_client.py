@@ -19,6 +19,7 @@ from yarl import URL
 from shipping_async._decode import Answer, read_answer
 from shipping_async._hooks import ClientHooks, observe_call
 from shipping_async._http import RequestOptions, Secret, configure_logging, exchange
+from shipping_async._order_wait import Settle
 from shipping_async._retry import Operation, RetryPolicy, send_with_retries
 from shipping_async.clock import Clock, SystemClock
 from shipping_async.errors import ConfigurationError
@@ -28,6 +29,9 @@ from shipping_async.resources import Orders, Quotes, Webhooks
 
 if TYPE_CHECKING:
     from aiolimiter import AsyncLimiter
+
+    from shipping_async.ledger import OrderLedger
+    from shipping_async.resources._order_create import CancelledOrder
 
 __all__ = ["AsyncShippingClient"]
 
@@ -104,6 +108,16 @@ def _check_decoding(decoding: str | None) -> Decoding:
     )
 
 
+def _check_max_wait(max_wait: float | None) -> float | None:
+    if max_wait is None:
+        return None
+    if isinstance(max_wait, bool) or not 0 <= max_wait < math.inf:
+        raise ConfigurationError(
+            f"max_wait: must be None or a finite number of seconds >= 0, got {max_wait!r}"
+        )
+    return float(max_wait)
+
+
 def _check_timeout(timeout: float) -> float:
     if isinstance(timeout, bool) or not 0 < timeout < math.inf:
         raise ConfigurationError(
@@ -133,6 +147,13 @@ class AsyncShippingClient:
     field that does not decode raw in the model's ``undecoded`` (and logs a warning), so
     one odd field never loses an order; ``"strict"`` raises ``APIResponseValidationError``
     for it (for tests that must catch drift from the spec).
+
+    For web apps: ``max_wait`` bounds an order's wait for a permit (seconds of ``clock``;
+    per call too) with ``OrderWaitTimeoutError``, which says nothing was sent;
+    ``order_ledger`` makes ``customer_reference`` an idempotency key (see
+    :mod:`shipping_async.ledger`); ``on_cancelled_order`` is called with a
+    :class:`~shipping_async.CancelledOrder` for every create whose caller was cancelled,
+    after the SDK has learnt what became of it.
     """
 
     quotes: Quotes
@@ -155,6 +176,9 @@ class AsyncShippingClient:
         retry_max_delay: float = 8.0,
         hooks: Iterable[ClientHooks] = (),
         decoding: Decoding | None = None,
+        max_wait: float | None = None,
+        order_ledger: OrderLedger | None = None,
+        on_cancelled_order: Callable[[CancelledOrder], object] | None = None,
     ) -> None:
         token = token if token is not None else os.environ.get(TOKEN_ENV)
         if not token:
@@ -183,6 +207,9 @@ class AsyncShippingClient:
         )
         self._request_rate_limiter = request_rate_limiter
         self._hooks = tuple(hooks)
+        self._max_wait = _check_max_wait(max_wait)
+        self._order_ledger = order_ledger
+        self._on_cancelled_order = on_cancelled_order
         self._sessions = _SessionHolder(session)
         self._is_copy = False
         self._bind_resources()
@@ -214,12 +241,31 @@ class AsyncShippingClient:
         return self._order_limiter
 
     @property
+    def max_wait(self) -> float | None:
+        """The default bound on an order's wait for a permit (``None``: unbounded)."""
+        return self._max_wait
+
+    @property
+    def order_ledger(self) -> OrderLedger | None:
+        """The ledger that makes ``customer_reference`` an idempotency key, if any."""
+        return self._order_ledger
+
+    @property
+    def on_cancelled_order(self) -> Callable[[CancelledOrder], object] | None:
+        """Told what became of every create whose caller was cancelled."""
+        return self._on_cancelled_order
+
+    @property
     def clock(self) -> Clock:
         """The clock retry delays and the default limiter run on."""
         return self._clock
 
     def with_options(
-        self, *, timeout: float | None = None, max_retries: int | None = None
+        self,
+        *,
+        timeout: float | None = None,
+        max_retries: int | None = None,
+        max_wait: float | None = None,
     ) -> AsyncShippingClient:
         """A copy with other defaults, sharing this client's session and order limiter.
 
@@ -232,6 +278,8 @@ class AsyncShippingClient:
             clone._timeout = _check_timeout(timeout)
         if max_retries is not None:
             clone._policy = dataclasses.replace(self._policy, max_retries=max_retries)
+        if max_wait is not None:
+            clone._max_wait = _check_max_wait(max_wait)
         clone._is_copy = True
         clone._bind_resources()
         return clone
@@ -266,13 +314,16 @@ class AsyncShippingClient:
         body: Any = None,
         form: Callable[[], aiohttp.FormData] | None = None,
         order_limited: bool = False,
+        max_wait: float | None = None,
+        settle: Settle | None = None,
         **options: Unpack[RequestOptions],
     ) -> T:
         """Send ``operation`` under the retry rules and return its ``answer``, read.
 
         ``body`` is encoded to JSON once (every re-send carries the same bytes); ``form``
         builds a fresh multipart body per attempt. ``order_limited`` requests hold a
-        permit of the order limiter; the others pass the ``request_rate_limiter``.
+        permit of the order limiter, waiting at most ``max_wait``; the others pass the
+        ``request_rate_limiter``. ``settle``: see :func:`~shipping_async._retry.send_with_retries`.
         """
         unknown = options.keys() - RequestOptions.__annotations__.keys()
         if unknown:
@@ -318,4 +369,6 @@ class AsyncShippingClient:
                 policy=policy,
                 clock=self._clock,
                 limiter=observed.limiter(self._order_limiter) if order_limited else None,
+                max_wait=_check_max_wait(max_wait) if order_limited else None,
+                settle=settle,
             )

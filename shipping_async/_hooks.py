@@ -253,6 +253,12 @@ class _ObservedLimiter:
     def window(self) -> float:
         return self._limiter.window
 
+    def next_free_at(self) -> float | None:
+        return self._limiter.next_free_at()
+
+    def queued(self) -> int:
+        return self._limiter.queued()
+
     async def acquire(self, *, front: bool = False) -> Permit:
         for hook in self._hooks:
             hook.on_permit_waiting(self._call)

@@ -23,6 +23,7 @@ that one method. Every wait goes through the client's :class:`~shipping_async.cl
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections.abc import Awaitable, Callable, Iterator
@@ -34,6 +35,13 @@ from typing import TypeVar
 import aiohttp
 import backoff
 
+from shipping_async._order_wait import (
+    Settle,
+    WaitExpired,
+    acquire_within,
+    finish_abandoned,
+    wait_timeout,
+)
 from shipping_async.clock import Clock
 from shipping_async.errors import (
     APIConnectionError,
@@ -271,23 +279,58 @@ async def send_with_retries(
     policy: RetryPolicy,
     clock: Clock,
     limiter: OrderLimiter | None = None,
+    max_wait: float | None = None,
+    settle: Settle | None = None,
 ) -> T:
     """Run ``attempt`` until it succeeds or :func:`decide` says to raise.
 
     With a ``limiter``, every attempt holds a permit; it is released with ``sent=False``
     only when the request never left (or the task was cancelled before sending).
+    ``max_wait`` bounds the time spent waiting for permits (the first and any after a
+    429) on ``clock``: past it, :class:`~shipping_async.errors.OrderWaitTimeoutError`.
+    With ``settle``, a caller cancelled while its request may be on the wire does not
+    abandon it: the answer is read, the permit released accordingly, ``settle`` gets the
+    result (or error), then the ``CancelledError`` goes on.
     """
     delays = policy.delays()
     retries = rate_limited = 0
     front = False
+    deadline = None if max_wait is None else clock.monotonic() + max_wait
     while True:
-        permit = await limiter.acquire(front=front) if limiter is not None else None
+        permit = None
+        if limiter is not None:
+            try:
+                permit = await acquire_within(limiter, front=front, deadline=deadline, clock=clock)
+            except WaitExpired:
+                assert max_wait is not None
+                raise wait_timeout(
+                    operation.customer_reference,
+                    max_wait=max_wait,
+                    limiter=limiter,
+                    clock=clock,
+                    refused=rate_limited,
+                ) from None
+        owned: asyncio.Future[T] | None = None
         try:
-            result = await attempt()
+            if settle is not None and limiter is not None:
+                # Our own task, so that a cancelled caller can leave it running.
+                owned = asyncio.ensure_future(attempt())
+                result = await asyncio.shield(owned)
+            else:
+                result = await attempt()
         except APIError as exc:
             error: APIError = exc
+        except asyncio.CancelledError:
+            if owned is not None and limiter is not None and permit is not None:
+                assert settle is not None
+                await finish_abandoned(
+                    owned, limiter=limiter, permit=permit, sent=_may_have_arrived, settle=settle
+                )
+            elif limiter is not None and permit is not None:
+                await limiter.release(permit, sent=True)
+            raise
         except BaseException:
-            # Cancelled mid-request (or a bug): the request may have been written.
+            # A bug mid-request: the request may have been written.
             if limiter is not None and permit is not None:
                 await limiter.release(permit, sent=True)
             raise
@@ -341,6 +384,10 @@ async def send_with_retries(
             policy.max_retries,
         )
         await clock.sleep(delay)
+
+
+def _may_have_arrived(error: BaseException | None) -> bool:
+    return error is None or not never_written(error)
 
 
 def _describe(error: APIError) -> str:

@@ -8,6 +8,7 @@
     ├── InputFileError                  a file of shipments cannot be read (file, line, field)
     ├── NoPickupWindowError             no offered pickup slot fits the wish (says why)
     ├── LimiterUnavailableError         the shared order limiter is unreachable: nothing sent
+    ├── OrderWaitTimeoutError           no order permit within max_wait: not created (TimeoutError)
     └── APIError                        something went wrong talking to the API
         ├── APIStatusError              the API answered with an error status
         │   ├── BadRequestError              400
@@ -61,6 +62,7 @@ __all__ = [
     "NotFoundError",
     "OrderAlreadyLiveError",
     "OrderOutcomeUnknownError",
+    "OrderWaitTimeoutError",
     "OutcomeUnknownError",
     "RateLimitError",
     "RateLimitInfo",
@@ -128,6 +130,31 @@ class LimiterUnavailableError(ShippingError):
     only when ``max_outage`` is set and Redis stayed unreachable that long. Nothing was
     sent; retrying later is safe.
     """
+
+
+class OrderWaitTimeoutError(ShippingError, TimeoutError):
+    """No order permit came within ``max_wait``: the order was not created.
+
+    ``sent`` is ``False`` when no request for it reached the server at all; ``True`` only
+    when every attempt that did was refused with a 429 (so nothing was created either).
+    ``expected_wait``: the seconds the limiter still expected at the bound (``None``
+    when unknown). Retrying later is safe.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        customer_reference: str | None,
+        max_wait: float,
+        expected_wait: float | None,
+        sent: bool = False,
+    ) -> None:
+        self.customer_reference = customer_reference
+        self.max_wait = max_wait
+        self.expected_wait = expected_wait
+        self.sent = sent
+        super().__init__(message)
 
 
 class APIError(ShippingError):

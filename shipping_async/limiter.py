@@ -77,6 +77,10 @@ class OrderLimiter(Protocol):
     - ``pause(seconds, limit=..., window=...)``: after a 429, nobody acquires for
       ``seconds`` (+ margin); a stricter ``limit``/``window`` learned from the 429 text is
       adopted for good.
+    - ``next_free_at()``: when (on the clock's ``monotonic()``) the next permit should be
+      granted, ``None`` when unknown; ``queued()``: how many acquirers wait (here) now,
+      the place a new ``acquire`` takes. Both answer at once, without waiting: a web
+      handler reads them to tell its caller the wait up front.
     """
 
     @property
@@ -84,6 +88,10 @@ class OrderLimiter(Protocol):
 
     @property
     def window(self) -> float: ...
+
+    def next_free_at(self) -> float | None: ...
+
+    def queued(self) -> int: ...
 
     async def acquire(self, *, front: bool = False) -> Permit: ...
 
@@ -197,6 +205,10 @@ class RollingWindowLimiter:
         flight, which frees only on its release.
         """
         return self._next_free_at(self._clock.monotonic())
+
+    def queued(self) -> int:
+        """How many acquirers are waiting: a new :meth:`acquire` queues behind them."""
+        return sum(not waiter.done() for waiter in self._waiters)
 
     async def acquire(self, *, front: bool = False) -> Permit:
         """Wait for a permit, first come first served; ``front=True`` goes to the head."""

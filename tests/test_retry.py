@@ -425,17 +425,22 @@ async def test_cancelling_an_order_waiting_for_a_permit_takes_no_permit(
 
 async def test_cancelling_an_order_on_the_wire_counts_it_as_sent(mock: aioresponses) -> None:
     limiter = FakeLimiter()
-    on_the_wire = asyncio.Event()
+    on_the_wire, answer = asyncio.Event(), asyncio.Event()
 
-    async def hang(url: Any, **kwargs: Any) -> Any:
+    async def slow(url: Any, **kwargs: Any) -> Any:
         on_the_wire.set()
-        await asyncio.Event().wait()
+        await answer.wait()
+        return reply(201, {"order": order()})
 
-    mock.post(BASE_URL + "/orders", callback=hang)
+    mock.post(BASE_URL + "/orders", callback=slow)
     async with make_client(order_limiter=limiter) as client:
         task = asyncio.create_task(client.orders.create(order_request()))
         await on_the_wire.wait()
         task.cancel()
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert not task.done(), "the caller's cancellation abandoned the answer"
+        answer.set()
         with pytest.raises(asyncio.CancelledError):
             await task
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Unpack
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Unpack
 
 from shipping_async._decode import Answer
 from shipping_async._http import RequestOptions, path_id
 from shipping_async._multipart import FileSpec, load_files, order_form
+from shipping_async._order_wait import expected_wait
 from shipping_async._retry import Operation
+from shipping_async.errors import ConfigurationError, RequestValidationError
 from shipping_async.models import (
     Model,
     Order,
@@ -18,8 +20,13 @@ from shipping_async.models import (
     SchedulePickupRequest,
     validate_request,
 )
+<<<<<<< HEAD
 from shipping_async.models.orders import _OrderEnvelope
 from shipping_async.resources._success import SUCCESS
+=======
+from shipping_async.models.orders import _OrderEnvelope, _SuccessBody
+from shipping_async.resources._order_create import create_order, decode_order
+>>>>>>> 87b894a (Web apps: max_wait on order creation, cancellation that reads the answer, and an opt-in order ledger keyed by customer_reference)
 
 if TYPE_CHECKING:
     from shipping_async._client import AsyncShippingClient
@@ -71,6 +78,7 @@ class Orders:
         request: OrderRequest,
         *,
         files: Mapping[str, FileSpec] | None = None,
+        max_wait: float | None = None,
         **options: Unpack[RequestOptions],
     ) -> Order:
         """POST /orders: ``{"order": {...}}`` as JSON, or multipart when ``files`` are given.
@@ -83,6 +91,15 @@ class Orders:
         limiter and re-sends this order first, up to ``max_rate_limit_retries`` times. The
         order is never re-sent when it may have arrived: a timeout or a dropped connection
         after sending raises ``OrderOutcomeUnknownError`` with the ``customer_reference``.
+
+        ``max_wait`` (seconds of the client's clock; default the client's ``max_wait``)
+        bounds the wait for permits: ``OrderWaitTimeoutError`` (a ``TimeoutError``) says
+        nothing was created. Cancelled before the request left, nothing is sent; after,
+        the SDK still reads the answer, records it (ledger, ``on_cancelled_order``, a log
+        line naming the order id or "unknown"), then lets the cancellation through. With
+        the client's ``order_ledger``, a reference already ordered returns that order
+        without sending, and one whose earlier create is unresolved raises
+        ``OrderOutcomeUnknownError`` without sending (settle it with :meth:`resolve`).
         """
         validate_request(request)
         operation = Operation(
@@ -91,6 +108,7 @@ class Orders:
             path="/orders",
             customer_reference=request.customer_reference,
         )
+<<<<<<< HEAD
         if files:
             form = order_form(request, await load_files(files))
             return await self._client._request(
@@ -99,14 +117,72 @@ class Orders:
                 form=form,
                 **options,
                 order_limited=True,
+=======
+        client = self._client
+        form = order_form(request, await load_files(files)) if files else None
+        body = None if form is not None else {"order": request}
+
+        def send(parse: Callable[[bytes], Order], **kwargs: Any) -> Awaitable[Order]:
+            return client._request(
+                operation, parse, body=body, form=form, order_limited=True, **kwargs
+>>>>>>> 87b894a (Web apps: max_wait on order creation, cancellation that reads the answer, and an opt-in order ledger keyed by customer_reference)
             )
-        return await self._client._request(
+
+        return await create_order(
+            client,
             operation,
+<<<<<<< HEAD
             _ORDER,
             body={"order": request},
             **options,
             order_limited=True,
+=======
+            send,
+            max_wait=client.max_wait if max_wait is None else max_wait,
+            options=dict(options),
+>>>>>>> 87b894a (Web apps: max_wait on order creation, cancellation that reads the answer, and an opt-in order ledger keyed by customer_reference)
         )
+
+    def expected_wait(self) -> float | None:
+        """Seconds a create started now would wait for its permit (``None``: unknown).
+
+        An estimate from the limiter's :meth:`~shipping_async.OrderLimiter.next_free_at`
+        and :meth:`~shipping_async.OrderLimiter.queued`, on the client's clock, for a
+        handler to answer "busy, about N s" before it waits (or to pick ``max_wait``).
+        """
+        return expected_wait(self._client.order_limiter, self._client.clock)
+
+    async def resolve(self, customer_reference: str, *, order_id: int | None) -> Order | None:
+        """Settle a reference the order ledger holds unresolved: the one call after an
+        ``OrderOutcomeUnknownError``.
+
+        ``order_id``: the order found for it (fetched, checked to carry this reference,
+        and recorded: the next create returns it); ``None``: no order exists, so the next
+        create sends again. Returns the order, or ``None``.
+        """
+        ledger = self._client.order_ledger
+        if ledger is None:
+            raise ConfigurationError("orders.resolve needs a client with an order_ledger")
+        if order_id is None:
+            await ledger.resolve(customer_reference, order_id=None)
+            return None
+        answers: list[bytes] = []
+
+        def parse(raw: bytes) -> Order:
+            answers.append(raw)
+            return decode_order(raw)
+
+        path = f"/orders/{path_id(order_id, 'order_id')}"
+        operation = Operation(name="get_order", method="GET", path=path)
+        order = await self._client._request(operation, parse)
+        if order.customer_reference != customer_reference:
+            raise RequestValidationError(
+                "order_id",
+                f"order {order_id} has customer_reference {order.customer_reference!r}, "
+                f"not {customer_reference!r}",
+            )
+        await ledger.resolve(customer_reference, order_id=order.id, answer=answers[-1])
+        return order
 
     async def get(self, order_id: int, **options: Unpack[RequestOptions]) -> Order:
         """GET /orders/{id}: the order with every leg in ``shipments`` (see ``Order.legs``)."""

@@ -94,6 +94,11 @@ class LocalQueue:
         """Whether anybody is queued (a newcomer must then queue behind them)."""
         return bool(self._waiters)
 
+    @property
+    def queued(self) -> int:
+        """How many live waiters are queued here."""
+        return self._live_waiters()
+
     def join(self, *, front: bool) -> asyncio.Future[Permit]:
         """Queue a waiter (at the head with ``front``); :meth:`run` must then be running."""
         waiter: asyncio.Future[Permit] = asyncio.get_running_loop().create_future()

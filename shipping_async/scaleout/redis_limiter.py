@@ -201,6 +201,10 @@ class RedisOrderLimiter:
             self._ensure_pump()
         return self._queue.next_free_at(now)
 
+    def queued(self) -> int:
+        """How many acquirers of this process are waiting (others queue in their own)."""
+        return self._queue.queued
+
     async def acquire(self, *, front: bool = False) -> Permit:
         """Wait for a permit, first come first served; ``front=True`` goes to the head."""
         if front or not self._queue.waiting:

@@ -334,6 +334,12 @@ class FakeLimiter:
         self.calls: list[tuple[Any, ...]] = []
         self._next = 0
 
+    def next_free_at(self) -> float | None:
+        return 0.0
+
+    def queued(self) -> int:
+        return 0
+
     async def acquire(self, *, front: bool = False) -> Permit:
         self._next += 1
         self.calls.append(("acquire", front))
