@@ -241,6 +241,11 @@ class AsyncShippingClient:
         return self._order_limiter
 
     @property
+    def lenient(self) -> bool:
+        """Whether answers are decoded leniently (odd fields kept in ``undecoded``)."""
+        return self._lenient
+
+    @property
     def max_wait(self) -> float | None:
         """The default bound on an order's wait for a permit (``None``: unbounded)."""
         return self._max_wait
@@ -316,6 +321,7 @@ class AsyncShippingClient:
         order_limited: bool = False,
         max_wait: float | None = None,
         settle: Settle | None = None,
+        raw_sink: Callable[[bytes], None] | None = None,
         **options: Unpack[RequestOptions],
     ) -> T:
         """Send ``operation`` under the retry rules and return its ``answer``, read.
@@ -324,6 +330,7 @@ class AsyncShippingClient:
         builds a fresh multipart body per attempt. ``order_limited`` requests hold a
         permit of the order limiter, waiting at most ``max_wait``; the others pass the
         ``request_rate_limiter``. ``settle``: see :func:`~shipping_async._retry.send_with_retries`.
+        ``raw_sink`` gets the bytes of every answer read (the order ledger keeps them).
         """
         unknown = options.keys() - RequestOptions.__annotations__.keys()
         if unknown:
@@ -342,7 +349,10 @@ class AsyncShippingClient:
         lenient = self._lenient
 
         def parse(raw: bytes) -> T:
-            return read_answer(raw, answer, lenient=lenient, what=what)
+            result = read_answer(raw, answer, lenient=lenient, what=what)
+            if raw_sink is not None:
+                raw_sink(raw)
+            return result
 
         async def attempt() -> T:
             if rate is not None:

@@ -32,14 +32,13 @@ from shipping_async.errors import (
     OrderOutcomeUnknownError,
     ShippingError,
 )
-from shipping_async.models import Order, decoder
-from shipping_async.models.orders import _OrderEnvelope
+from shipping_async.models import Order
 
 if TYPE_CHECKING:
     from shipping_async._client import AsyncShippingClient
     from shipping_async.ledger import LedgerEntry, OrderLedger
 
-__all__ = ["CancelledOrder", "CancelledOutcome", "create_order", "decode_order"]
+__all__ = ["CancelledOrder", "CancelledOutcome", "create_order"]
 
 _log = logging.getLogger("shipping_async")
 
@@ -61,12 +60,6 @@ class CancelledOrder(msgspec.Struct, frozen=True, kw_only=True):
     def order_id(self) -> int | None:
         """The created order's id, when ``outcome == "created"``."""
         return self.order.id if self.order is not None else None
-
-
-def decode_order(raw: bytes) -> Order:
-    """The order of a ``{"order": {...}}`` answer."""
-    envelope: _OrderEnvelope = decoder(_OrderEnvelope).decode(raw)
-    return envelope.order
 
 
 def _classify(outcome: object) -> CancelledOutcome:
@@ -152,23 +145,20 @@ async def create_order(
     operation: Operation,
     send: Callable[..., Any],
     *,
+    decode: Callable[[bytes], Order],
     max_wait: float | None,
     options: dict[str, Any],
 ) -> Order:
-    """Steps 1-4 of the module docstring; ``send(parse, **kw)`` makes the request."""
+    """Steps 1-4 of the module docstring; ``send(**kw)`` makes the request and ``decode``
+    reads an answer the ledger kept."""
     reference = operation.customer_reference
     assert reference is not None
     ledger = client.order_ledger
     if ledger is not None:
         entry = await ledger.claim(reference)
         if entry is not None:
-            return await _replay(client, entry, operation)
+            return await _replay(client, entry, operation, decode)
     answers: list[bytes] = []
-
-    def parse(raw: bytes) -> Order:
-        order = decode_order(raw)
-        answers.append(raw)
-        return order
 
     settled = False
 
@@ -184,7 +174,9 @@ async def create_order(
         await _tell(client, report)
 
     try:
-        order: Order = await send(parse, settle=settle, max_wait=max_wait, **options)
+        order: Order = await send(
+            raw_sink=answers.append, settle=settle, max_wait=max_wait, **options
+        )
     except asyncio.CancelledError:
         if not settled:  # cancelled before the wire (or between 429 re-sends)
             await run_to_the_end(settle(None))
@@ -197,10 +189,15 @@ async def create_order(
     return order
 
 
-async def _replay(client: AsyncShippingClient, entry: LedgerEntry, operation: Operation) -> Order:
+async def _replay(
+    client: AsyncShippingClient,
+    entry: LedgerEntry,
+    operation: Operation,
+    decode: Callable[[bytes], Order],
+) -> Order:
     if entry.state != "ordered" or entry.order_id is None:
         raise _unresolved(entry, operation)
     if entry.answer:
-        return decode_order(entry.answer)
+        return decode(entry.answer)
     # Resolved by hand with only an id: fetch it once and keep the answer.
     return await client.orders.get(entry.order_id)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Any, Unpack
 
-from shipping_async._decode import Answer
+from shipping_async._decode import Answer, read_answer
 from shipping_async._http import RequestOptions, path_id
 from shipping_async._multipart import FileSpec, load_files, order_form
 from shipping_async._order_wait import expected_wait
@@ -20,13 +20,9 @@ from shipping_async.models import (
     SchedulePickupRequest,
     validate_request,
 )
-<<<<<<< HEAD
 from shipping_async.models.orders import _OrderEnvelope
+from shipping_async.resources._order_create import create_order
 from shipping_async.resources._success import SUCCESS
-=======
-from shipping_async.models.orders import _OrderEnvelope, _SuccessBody
-from shipping_async.resources._order_create import create_order, decode_order
->>>>>>> 87b894a (Web apps: max_wait on order creation, cancellation that reads the answer, and an opt-in order ledger keyed by customer_reference)
 
 if TYPE_CHECKING:
     from shipping_async._client import AsyncShippingClient
@@ -108,40 +104,27 @@ class Orders:
             path="/orders",
             customer_reference=request.customer_reference,
         )
-<<<<<<< HEAD
-        if files:
-            form = order_form(request, await load_files(files))
-            return await self._client._request(
-                operation,
-                _ORDER,
-                form=form,
-                **options,
-                order_limited=True,
-=======
         client = self._client
         form = order_form(request, await load_files(files)) if files else None
         body = None if form is not None else {"order": request}
 
-        def send(parse: Callable[[bytes], Order], **kwargs: Any) -> Awaitable[Order]:
+        def send(**kwargs: Any) -> Awaitable[Order]:
             return client._request(
-                operation, parse, body=body, form=form, order_limited=True, **kwargs
->>>>>>> 87b894a (Web apps: max_wait on order creation, cancellation that reads the answer, and an opt-in order ledger keyed by customer_reference)
+                operation, _ORDER, body=body, form=form, order_limited=True, **kwargs
             )
 
         return await create_order(
             client,
             operation,
-<<<<<<< HEAD
-            _ORDER,
-            body={"order": request},
-            **options,
-            order_limited=True,
-=======
             send,
+            decode=self._decode,
             max_wait=client.max_wait if max_wait is None else max_wait,
             options=dict(options),
->>>>>>> 87b894a (Web apps: max_wait on order creation, cancellation that reads the answer, and an opt-in order ledger keyed by customer_reference)
         )
+
+    def _decode(self, raw: bytes) -> Order:
+        """An order answer kept by the ledger, read as the client reads answers."""
+        return read_answer(raw, _ORDER, lenient=self._client.lenient, what="order ledger")
 
     def expected_wait(self) -> float | None:
         """Seconds a create started now would wait for its permit (``None``: unknown).
@@ -167,14 +150,9 @@ class Orders:
             await ledger.resolve(customer_reference, order_id=None)
             return None
         answers: list[bytes] = []
-
-        def parse(raw: bytes) -> Order:
-            answers.append(raw)
-            return decode_order(raw)
-
         path = f"/orders/{path_id(order_id, 'order_id')}"
         operation = Operation(name="get_order", method="GET", path=path)
-        order = await self._client._request(operation, parse)
+        order = await self._client._request(operation, _ORDER, raw_sink=answers.append)
         if order.customer_reference != customer_reference:
             raise RequestValidationError(
                 "order_id",
