@@ -26,6 +26,7 @@ from shipping_async.models import (
     decoder,
     validate_request,
 )
+from shipping_async.models._base import DayMonthYear
 from shipping_async.models.orders import _OrderEnvelope
 from shipping_async.models.quotes import _QuoteEnvelope
 
@@ -137,6 +138,36 @@ def test_a_scheduled_pickup_decodes_hh_mm_and_dd_mm_yyyy() -> None:
     booked: ScheduledPickup = decoder(ScheduledPickup).decode(raw)
     assert (booked.time_from, booked.time_to) == (time(9, 15), time(11, 15))
     assert booked.scheduled_date == date(2026, 3, 2)
+
+
+@given(st.dates(min_value=date(1000, 1, 1)))
+def test_a_day_month_year_date_reads_back_what_it_writes(day: date) -> None:
+    assert DayMonthYear.parse(DayMonthYear.of(day).wire()) == day
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("02-03-2026", date(2026, 3, 2), id="padded"),
+        pytest.param(" 2-3-2026 ", date(2026, 3, 2), id="unpadded-spaced"),
+    ],
+)
+def test_day_month_year_reads_padded_and_unpadded(text: str, expected: date) -> None:
+    assert DayMonthYear.parse(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        pytest.param("2026-03-02", "expected a date as DD-MM-YYYY", id="iso"),
+        pytest.param("02/03/2026", "expected a date as DD-MM-YYYY", id="slashes"),
+        pytest.param("02-03-26", "expected a date as DD-MM-YYYY", id="short-year"),
+        pytest.param("31-02-2026", "day is out of range", id="no-such-day"),
+    ],
+)
+def test_a_malformed_day_month_year_is_refused(text: str, reason: str) -> None:
+    with pytest.raises(ValueError, match=reason):
+        DayMonthYear.parse(text)
 
 
 def test_schedule_pickup_request_writes_the_wire_formats() -> None:
