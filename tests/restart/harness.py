@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -228,9 +229,14 @@ async def run_cycle(
     journal: str | None = None,
     limiter: str | None = None,
     kills: int = 3,
+    plan: Sequence[str] | None = None,
     speed: float = 60.0,
 ) -> Cycle:
-    """Ship the example batch, killing its runs ``kills`` times; judge by the sandbox."""
+    """Ship the example batch, killing its runs ``kills`` times; judge by the sandbox.
+
+    The kinds of kill (:data:`KINDS`) are drawn from ``seed``, or follow ``plan``; a run
+    that ends before its kill ends the cycle.
+    """
     rng = random.Random(seed)
     keys = batch_keys()
     cycle = Cycle(seed=seed, jobs=len(keys))
@@ -239,8 +245,8 @@ async def run_cycle(
     started = time.monotonic()
     async with SandboxServer(speed=speed, seed=seed) as sandbox:
         runner = _Runner(sandbox, folder, journal=journal, limiter=limiter, speed=speed, rng=rng)
-        plan = [rng.choice(KINDS) for _ in range(kills)]
-        for kind in plan:
+        kinds = list(plan) if plan is not None else [rng.choice(KINDS) for _ in range(kills)]
+        for kind in kinds:
             process = runner.start()
             if await runner.kill_at(process, kind):
                 cycle.kills.append(kind)
