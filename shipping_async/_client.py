@@ -21,7 +21,7 @@ from shipping_async._hooks import ClientHooks, observe_call
 from shipping_async._http import RequestOptions, Secret, configure_logging, exchange
 from shipping_async._order_wait import Settle
 from shipping_async._retry import Operation, RetryPolicy, send_with_retries
-from shipping_async.clock import Clock, SystemClock
+from shipping_async.clock import Clock, ScaledClock, SystemClock
 from shipping_async.errors import ConfigurationError
 from shipping_async.limiter import OrderLimiter, RollingWindowLimiter
 from shipping_async.models._base import enc_hook
@@ -39,6 +39,9 @@ T = TypeVar("T")
 
 TOKEN_ENV: Final = "SHIPPING_ACCESS_TOKEN"
 BASE_URL_ENV: Final = "SHIPPING_BASE_URL"
+#: Runs a client built without ``clock`` on ``ScaledClock(speed)``: what the sandbox's
+#: pytest fixture exports, so an app's own client keeps the fast sandbox's time.
+CLOCK_SPEED_ENV: Final = "SHIPPING_CLOCK_SPEED"
 DECODING_ENV: Final = "SHIPPING_DECODING"
 
 Decoding = Literal["lenient", "strict"]
@@ -106,6 +109,19 @@ def _check_decoding(decoding: str | None) -> Decoding:
     raise ConfigurationError(
         f"decoding: must be 'lenient' or 'strict' (or set {DECODING_ENV}), got {value!r}"
     )
+
+
+def _clock_from_env() -> Clock:
+    text = os.environ.get(CLOCK_SPEED_ENV, "").strip()
+    if not text:
+        return SystemClock()
+    try:
+        speed = float(text)
+    except ValueError:
+        speed = math.nan
+    if not 0 < speed < math.inf:
+        raise ConfigurationError(f"{CLOCK_SPEED_ENV}: expected a number > 0, got {text!r}")
+    return SystemClock() if speed == 1 else ScaledClock(speed)
 
 
 def _check_max_wait(max_wait: float | None) -> float | None:
@@ -201,7 +217,7 @@ class AsyncShippingClient:
             base_delay=retry_base_delay,
             max_delay=retry_max_delay,
         )
-        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._clock: Clock = clock if clock is not None else _clock_from_env()
         self._order_limiter: OrderLimiter = (
             order_limiter if order_limiter is not None else RollingWindowLimiter(clock=self._clock)
         )

@@ -21,7 +21,7 @@ from shipping_async.sandbox._control import CONTROL_PREFIX, control_errors
 from shipping_async.sandbox._control import routes as control_routes
 from shipping_async.sandbox._core import ACCOUNT_KEY, API_PREFIX, SANDBOX_KEY, Sandbox, api_path
 from shipping_async.sandbox._faults import Fault
-from shipping_async.sandbox._log import RequestRecord, note, noting
+from shipping_async.sandbox._log import MAX_LOGGED_BODY, RequestRecord, note, noting, redact
 from shipping_async.sandbox._wire import (
     InvalidInput,
     error_response,
@@ -55,6 +55,11 @@ async def _request_log(request: web.Request, handler: _Handler) -> web.StreamRes
         monotonic=sandbox.clock.monotonic(),
     )
     log.append(record)
+    record.headers = redact(request.headers)
+    if request.content_type != "multipart/form-data" and request.can_read_body:
+        # Read once here (aiohttp keeps it for the handler); multipart bodies are streamed
+        # by their handler and logged without their content.
+        record.body = (await request.read())[:MAX_LOGGED_BODY]
     response: web.StreamResponse | None = None
     with noting() as details:
         try:
@@ -127,11 +132,17 @@ async def _apply(
         return _drop(request)
     if fault.kind == "status":
         assert fault.status is not None
-        return error_response(fault.status, fault.error_text())
+        # An injected 429 without a text reads like the real one, in the sandbox's window.
+        default = sandbox.rate_text() if fault.status == 429 else None
+        return error_response(fault.status, fault.error_text(default))
     if fault.kind == "delay":
         await sandbox.clock.sleep(fault.seconds or 0.0)
         return await handler(request)
     response = await handler(request)
+    if fault.kind == "delay_after":
+        # Processed (an order IS created), answered late: what a slow gateway does.
+        await sandbox.clock.sleep(fault.seconds or 0.0)
+        return response
     if fault.kind == "drop_after":
         return _drop(request)
     body = response.body if isinstance(response, web.Response) else b""

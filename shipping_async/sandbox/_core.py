@@ -68,6 +68,12 @@ class Sandbox:
         """Whether the quote's estimates are past their validity on the sandbox clock."""
         return self.clock.monotonic() - quote.created_at >= self.config.estimate_validity
 
+    def rate_text(self) -> str:
+        """The 429 text of POST /orders: ``20 of 20 in 0.6 seconds`` (the window in real
+        seconds, as a client on real time must wait it)."""
+        limit, window = self.config.rate_limit, self.real_seconds(self.config.rate_window)
+        return f"{limit} of {limit} in {window:g} seconds"
+
     def real_seconds(self, seconds: float) -> float:
         """How many real seconds ``seconds`` of sandbox time last (as the 429 text reports).
 

@@ -3,8 +3,11 @@
 Kinds (wire names of ``POST /_sandbox/faults``):
 
 - ``status``: answer ``status`` (400-599) with a JSON error body; the request is not
-  processed (a gateway answered in the service's place).
+  processed (a gateway answered in the service's place). A 429 without ``message``
+  says what the sandbox's own 429 says (``20 of 20 in 0.6 seconds`` at speed 100).
 - ``delay``: wait ``seconds`` of sandbox time, then process the request normally.
+- ``delay_after``: process the request (an order IS created), then wait ``seconds`` of
+  sandbox time before answering: a slow answer a client may give up on.
 - ``drop_before``: close the connection without processing anything.
 - ``drop_after``: process the request (an order IS created), then close the connection
   instead of answering: the ambiguous case a client must survive.
@@ -44,10 +47,13 @@ class Fault(msgspec.Struct, kw_only=True):
     seconds: float | None = None
     message: str | None = None
 
-    def error_text(self) -> str:
-        """The ``error`` of an injected status answer."""
+    def error_text(self, default: str | None = None) -> str:
+        """The ``error`` of an injected status answer: its message, else ``default``, else
+        ``Injected fault: <status> <phrase>``."""
         if self.message:
             return self.message
+        if default:
+            return default
         assert self.status is not None
         return f"Injected fault: {self.status} {HTTPStatus(self.status).phrase}"
 
@@ -84,11 +90,11 @@ class FaultBook:
                 raise ValueError("a status fault needs status between 400 and 599")
         elif request.status is not None:
             raise ValueError("status is only for kind 'status'")
-        if request.kind == "delay":
+        if request.kind in ("delay", "delay_after"):
             if request.seconds is None or not request.seconds >= 0:
-                raise ValueError("a delay fault needs seconds >= 0")
+                raise ValueError(f"a {request.kind} fault needs seconds >= 0")
         elif request.seconds is not None:
-            raise ValueError("seconds is only for kind 'delay'")
+            raise ValueError("seconds is only for kinds 'delay' and 'delay_after'")
         message = request.message
         if request.kind == "carrier_rejection" and not message:
             message = DEFAULT_CARRIER_MESSAGE

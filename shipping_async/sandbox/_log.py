@@ -7,14 +7,25 @@ read) and the id of the order it created (``None`` when none was).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
 import msgspec
 
-__all__ = ["RequestLog", "RequestNote", "RequestRecord", "note", "noting"]
+__all__ = [
+    "MAX_LOGGED_BODY",
+    "RequestLog",
+    "RequestNote",
+    "RequestRecord",
+    "note",
+    "noting",
+    "redact",
+]
+
+#: Bytes of a request body the log keeps.
+MAX_LOGGED_BODY = 64 * 1024
 
 # The note travels in a context variable, not in request storage: the middlewares and the
 # handler of one request run in one task, so they all see the same note.
@@ -63,6 +74,10 @@ class RequestRecord(msgspec.Struct, kw_only=True):
     order_id: int | None = None
     detail: str | None = None
     account: str | None = None
+    #: The request's headers, the Authorization value redacted (``Bearer ***``).
+    headers: dict[str, str] = {}  # a msgspec Struct copies this default per instance
+    #: The request's body (at most ``MAX_LOGGED_BODY`` bytes; ``None`` for multipart).
+    body: bytes | None = None
 
 
 class RequestLog:
@@ -90,3 +105,11 @@ class RequestLog:
 
     def clear(self) -> None:
         self._records.clear()
+
+
+def redact(headers: Mapping[str, str]) -> dict[str, str]:
+    """``headers`` for the log: the bearer token replaced by ``***``."""
+    return {
+        name: ("Bearer ***" if name.lower() == "authorization" else value)
+        for name, value in headers.items()
+    }

@@ -140,12 +140,8 @@ async def create_order(request: web.Request) -> web.Response:
         record.customer_reference = parsed.order.customer_reference
     except InvalidInput as exc:
         refused = exc
-    config = sandbox.config
     if not sandbox.limiter.admit(request[ACCOUNT_KEY]):
-        window = sandbox.real_seconds(config.rate_window)
-        return error_response(
-            429, f"{config.rate_limit} of {config.rate_limit} in {window:g} seconds"
-        )
+        return error_response(429, sandbox.rate_text())
     if refused is not None:
         raise refused
     body = parsed.order

@@ -176,7 +176,7 @@ class StatusChangeRequest(_Strict):
 
 
 FaultKind = Literal[
-    "status", "delay", "drop_before", "drop_after", "malformed", "carrier_rejection"
+    "status", "delay", "delay_after", "drop_before", "drop_after", "malformed", "carrier_rejection"
 ]
 
 

@@ -17,6 +17,8 @@ Usage::
         token = shipping_sandbox.accounts["account-2"][0]
 
 The speed comes from the marker, else the ``shipping_sandbox_speed`` ini option, else 100.
+During the test ``SHIPPING_BASE_URL``, ``SHIPPING_ACCESS_TOKEN`` and ``SHIPPING_CLOCK_SPEED``
+point at the sandbox, so ``AsyncShippingClient()`` (an app's own) uses it, on its clock.
 """
 
 from __future__ import annotations
@@ -66,11 +68,21 @@ def _options(request: pytest.FixtureRequest) -> dict[str, Any]:
 
 
 async def _running_sandbox(request: pytest.FixtureRequest) -> AsyncIterator[SandboxServer]:
-    """A running :class:`~shipping_async.sandbox.SandboxServer` for one test."""
+    """A running :class:`~shipping_async.sandbox.SandboxServer` for one test.
+
+    While it runs, the environment says what ``AsyncShippingClient()`` reads: the base
+    URL, the token and the sandbox's clock speed, so a client the app under test builds
+    from the environment talks to this sandbox on its time.
+    """
+    from shipping_async._client import BASE_URL_ENV, CLOCK_SPEED_ENV, TOKEN_ENV
     from shipping_async.sandbox._server import SandboxServer
 
     async with SandboxServer(**_options(request)) as server:
-        yield server
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv(BASE_URL_ENV, server.base_url)
+            env.setenv(TOKEN_ENV, server.token)
+            env.setenv(CLOCK_SPEED_ENV, repr(getattr(server.clock, "speed", 1.0)))
+            yield server
 
 
 def _missing_asyncio() -> None:

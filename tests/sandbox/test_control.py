@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import re
 from typing import Any
 
@@ -78,9 +80,16 @@ async def test_request_log_records_every_api_request(api: Api) -> None:
     ]
     assert set(records[0]) == {
         "id", "method", "path", "status", "at", "monotonic", "fault", "customer_reference",
-        "order_id", "detail", "account",
+        "order_id", "detail", "account", "headers", "body",
     }  # fmt: skip
     assert records[1]["customer_reference"] == "cref-1"
+    # Bodies and headers are kept (bytes travel base64 in JSON); the token is not.
+    assert json.loads(base64.b64decode(records[2]["body"])) == {}
+    assert json.loads(base64.b64decode(records[1]["body"]))["order"]["customer_reference"] == (
+        "cref-1"
+    )
+    assert records[1]["headers"]["Authorization"] == "Bearer ***"
+    assert api.server.token not in json.dumps(records)
     assert records[1]["order_id"] == order["id"]
     assert records[2]["detail"]
     assert re.fullmatch(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z", records[0]["at"])

@@ -203,3 +203,23 @@ async def test_aiohttp_retries_an_idempotent_request_dropped_once(api: Api) -> N
     assert retried.status == 200
     faults = [r.fault for r in api.server.control.requests(method="GET")]
     assert faults == ["drop_before", None, "drop_before", "drop_before"]
+
+
+async def test_an_injected_429_says_the_sandboxs_own_scaled_window(api: Api) -> None:
+    _, body = await _order_request(api)
+    api.server.control.add_fault("status", "/orders", method="POST", status=429)
+    reply = await api.call("POST", "/orders", json=body)
+    # Speed 100: the API's 60 s window lasts 0.6 real seconds, as the real 429 says.
+    assert (reply.status, reply.body["error"]) == (429, "20 of 20 in 0.6 seconds")
+
+
+async def test_delay_after_creates_the_order_and_answers_late(api: Api) -> None:
+    _, body = await _order_request(api)
+    api.server.control.add_fault("delay_after", "/orders", method="POST", seconds=30)
+    sent = asyncio.get_running_loop().time()
+    reply = await api.call("POST", "/orders", json=body)
+    took = asyncio.get_running_loop().time() - sent
+    (record,) = api.server.control.requests(method="POST", path="/orders")
+    assert reply.status == 201
+    assert took >= 0.3  # 30 s of sandbox time at speed 100
+    assert (record.fault, record.order_id) == ("delay_after", reply.body["order"]["id"])

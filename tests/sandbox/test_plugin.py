@@ -81,3 +81,32 @@ def test_session_survives_without_pytest_asyncio(pytester: pytest.Pytester) -> N
     result = pytester.run(sys.executable, "-c", code)
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(["*needs pytest-asyncio: pip install pytest-asyncio*"])
+
+
+def test_a_client_built_from_the_environment_uses_the_sandbox_on_its_clock(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeini(INI)
+    pytester.makepyfile(
+        """
+        import os
+
+        import pytest
+
+        from shipping_async import AsyncShippingClient, NotFoundError
+
+        @pytest.mark.shipping_sandbox(speed=250)
+        async def test_app_client(shipping_sandbox):
+            async with AsyncShippingClient() as client:  # what an app does at start-up
+                assert client.base_url == shipping_sandbox.base_url
+                assert client.clock.speed == 250
+                assert client.order_limiter.window == 60  # protocol seconds, on that clock
+                with pytest.raises(NotFoundError):  # the token is accepted: 404, not 401
+                    await client.orders.get(1)
+
+        def test_after_the_fixture_the_environment_is_restored():
+            assert "SHIPPING_CLOCK_SPEED" not in os.environ
+        """
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
