@@ -7,7 +7,9 @@ stage is the careful one:
    can be ordered in about one rate window: an estimate never waits long for its slot).
 2. Queue at the :class:`~shipping_async.bulk._gate.OrderGate` until a permit is free.
 3. Check the estimate is still valid: by age against ``estimate_validity`` when it is
-   configured, else by ``GET /quotes/{id}``. Expired: quote again, back to 2.
+   configured; else a quote younger than :data:`QUOTE_FRESHNESS` is trusted as it is,
+   and an older one (or one quoted by an earlier run) is checked with ``GET /quotes/{id}``.
+   Expired: quote again, back to 2.
 4. ``begin_order`` (the intent, durable), then ``POST /orders`` at once.
 5. 201: ``ORDERED``. A 400 whose estimate turns out expired: quote again. Any other
    refusal: ``FAILED`` (nothing was created). No answer, or a 5xx (the server may have
@@ -55,7 +57,13 @@ from shipping_async.models import (
     choose_pickup_window,
 )
 
-__all__ = ["JobPipeline", "ShippingClient", "Stopped", "is_retryable"]
+__all__ = ["QUOTE_FRESHNESS", "JobPipeline", "ShippingClient", "Stopped", "is_retryable"]
+
+#: Seconds (of the API's clock) a quote made by this run is trusted without asking the
+#: server whether its estimates expired. The spec does not say how long an estimate stays
+#: valid; the sandbox keeps them 900 s, and an order refused for an expired estimate is
+#: quoted again, never lost - so half a rate window costs at most one refused request.
+QUOTE_FRESHNESS = 30.0
 
 
 class _Quotes(Protocol):
@@ -211,9 +219,13 @@ class JobPipeline:
         )
 
     async def _still_valid(self, record: JobRecord, quoted_at: float | None) -> bool:
-        if self._validity is not None and quoted_at is not None:
-            # Re-quote at 90 %: the order must also arrive before the estimate expires.
-            return self._clock.monotonic() - quoted_at < self._validity * 0.9
+        if quoted_at is not None:
+            age = self._clock.monotonic() - quoted_at
+            if self._validity is not None:
+                # Re-quote at 90 %: the order must also arrive before the estimate expires.
+                return age < self._validity * 0.9
+            if age < QUOTE_FRESHNESS:
+                return True  # no GET /quotes/{id} seconds after the quote was made
         return not await self._expired(record)
 
     async def _expired(self, record: JobRecord) -> bool:
