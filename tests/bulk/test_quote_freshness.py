@@ -15,9 +15,7 @@ SPEED = 100.0  # the API's 60 s window lasts 0.6 s
 
 def quote_checks(sandbox: SandboxServer) -> int:
     return sum(
-        1
-        for record in sandbox.control.requests(method="GET")
-        if record.path.startswith("/quotes/")
+        1 for record in sandbox.control.requests(method="GET") if record.path.startswith("/quotes/")
     )
 
 
