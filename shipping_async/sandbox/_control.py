@@ -66,8 +66,9 @@ class SandboxControl:
         if leg is not None and not 0 <= leg < len(order.legs):
             raise SandboxControlError(f"leg must be between 0 and {len(order.legs) - 1}")
         indices = range(len(order.legs)) if leg is None else (leg,)
+        moved = self._sandbox.clock.now()  # legs moved together fire identical events
         for index in indices:
-            self._sandbox.set_leg_status(order, index, status)
+            self._sandbox.set_leg_status(order, index, status, at=moved)
         if all(item.status == "delivered" for item in order.legs):
             order.date_delivered = order.date_delivered or self._sandbox.clock.now()
         return order_wire(order)

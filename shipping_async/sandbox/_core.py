@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from aiohttp import web
 
 from shipping_async.clock import Clock
@@ -82,22 +84,37 @@ class Sandbox:
         to_real = getattr(self.clock, "to_real", None)
         return float(to_real(seconds)) if callable(to_real) else seconds
 
-    def emit(self, order: Order, event_type: str, original_value: str, updated_value: str) -> None:
-        """Fire one event of ``order`` to the subscribed webhooks."""
+    def emit(
+        self,
+        order: Order,
+        event_type: str,
+        original_value: str,
+        updated_value: str,
+        *,
+        at: datetime | None = None,
+    ) -> None:
+        """Fire one event of ``order`` to the subscribed webhooks, stamped ``at`` (now)."""
         self.dispatcher.emit(
             list(self.store.webhooks.values()),
             order_id=order.id,
             event_type=event_type,
             original_value=original_value,
             updated_value=updated_value,
+            at=at,
         )
 
-    def set_leg_status(self, order: Order, index: int, status: str) -> None:
-        """Move one leg, firing ``shipment.updated.status`` when the spec says it fires."""
+    def set_leg_status(
+        self, order: Order, index: int, status: str, *, at: datetime | None = None
+    ) -> None:
+        """Move one leg, firing ``shipment.updated.status`` when the spec says it fires.
+
+        Legs moved together pass one ``at``: their events are then byte-identical, as the
+        API's are for the two legs of a new hub order.
+        """
         leg = order.legs[index]
         original, leg.status = leg.status, status
         if status != original and status in ("order_received", "in_transit", "delivered"):
-            self.emit(order, "shipment.updated.status", original, status)
+            self.emit(order, "shipment.updated.status", original, status, at=at)
 
     async def reset(self) -> None:
         """Back to an empty sandbox: same tokens, seed and config; ids replay from the seed."""

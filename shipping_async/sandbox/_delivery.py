@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import aiohttp
@@ -85,11 +86,13 @@ class Dispatcher:
         event_type: str,
         original_value: str,
         updated_value: str,
+        at: datetime | None = None,
     ) -> None:
-        """Start delivering one event to each active webhook subscribed to it."""
+        """Start delivering one event (of moment ``at``, default now) to each active webhook
+        subscribed to it."""
         if self._closed:
             return  # the app has shut down: nobody would own the tasks
-        updated_at = format_utc_millis(self._clock.now())
+        updated_at = format_utc_millis(at or self._clock.now())
         for webhook in webhooks:
             if webhook.status != "active" or event_type not in webhook.events:
                 continue

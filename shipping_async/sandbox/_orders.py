@@ -154,8 +154,11 @@ async def create_order(request: web.Request) -> web.Response:
         )
     sandbox.store.orders[order.id] = order
     record.order_id = order.id
+    # Every leg is received at the order's creation: one moment, so a hub order's two
+    # order_received events are byte-identical, as the API's are.
+    created = sandbox.clock.now()
     for index in range(len(order.legs)):
-        sandbox.set_leg_status(order, index, "order_received")
+        sandbox.set_leg_status(order, index, "order_received", at=created)
     return json_response({"order": order_wire(order)}, 201)
 
 
