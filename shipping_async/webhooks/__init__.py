@@ -15,6 +15,13 @@
 """
 
 from shipping_async.models.webhooks import EventType, Webhook, WebhookEvent
+from shipping_async.webhooks._app import (
+    DEFAULT_HEADER_TIMEOUT,
+    WEBHOOK_RECEIVER,
+    ReceiverOptions,
+    add_webhook_route,
+    create_webhook_app,
+)
 from shipping_async.webhooks._dedupe import (
     DEDUPE_BYTES_PER_EVENT,
     DEFAULT_DEDUPE_SIZE,
@@ -24,41 +31,52 @@ from shipping_async.webhooks._dedupe import (
 from shipping_async.webhooks._errors import (
     WebhookError,
     WebhookPayloadError,
+    WebhookTimeoutError,
     WebhookTokenError,
     WebhookTooLargeError,
 )
-from shipping_async.webhooks._legs import LegMatch, find_moved_leg, match_leg
+from shipping_async.webhooks._legs import LegMatch, find_moved_leg, legs_from, match_leg
 from shipping_async.webhooks._parse import (
     DEFAULT_MAX_BODY_SIZE,
     MIN_FRESHNESS_WINDOW,
     parse_event,
 )
 from shipping_async.webhooks._receiver import (
-    WEBHOOK_RECEIVER,
+    DEFAULT_BODY_TIMEOUT,
+    DEFAULT_HANDLER_TIMEOUT,
+    DEFAULT_MAX_CONCURRENT_READS,
+    LegCounter,
     ReceiverStats,
+    WebhookAnswer,
     WebhookHandler,
     WebhookReceiver,
-    add_webhook_route,
-    create_webhook_app,
 )
 from shipping_async.webhooks._setup import ensure_webhook
 
 __all__ = [
     "DEDUPE_BYTES_PER_EVENT",
+    "DEFAULT_BODY_TIMEOUT",
     "DEFAULT_DEDUPE_SIZE",
+    "DEFAULT_HANDLER_TIMEOUT",
+    "DEFAULT_HEADER_TIMEOUT",
     "DEFAULT_MAX_BODY_SIZE",
+    "DEFAULT_MAX_CONCURRENT_READS",
     "MIN_FRESHNESS_WINDOW",
     "WEBHOOK_RECEIVER",
     "EventDeduplicator",
     "EventType",
+    "LegCounter",
     "LegMatch",
+    "ReceiverOptions",
     "ReceiverStats",
     "Webhook",
+    "WebhookAnswer",
     "WebhookError",
     "WebhookEvent",
     "WebhookHandler",
     "WebhookPayloadError",
     "WebhookReceiver",
+    "WebhookTimeoutError",
     "WebhookTokenError",
     "WebhookTooLargeError",
     "add_webhook_route",
@@ -66,6 +84,7 @@ __all__ = [
     "ensure_webhook",
     "event_key",
     "find_moved_leg",
+    "legs_from",
     "match_leg",
     "parse_event",
 ]

@@ -6,6 +6,7 @@
     └── WebhookError                     a delivery could not be accepted
         ├── WebhookTokenError                 401: the body's token is not the webhook's
         ├── WebhookPayloadError               400: not JSON, or not the documented body
+        ├── WebhookTimeoutError               408: the body did not arrive in time
         └── WebhookTooLargeError              413: the body is over the size limit
 
 Each class carries the HTTP status the receiver answers with, so the receiver maps an
@@ -21,6 +22,7 @@ from shipping_async.errors import ShippingError
 __all__ = [
     "WebhookError",
     "WebhookPayloadError",
+    "WebhookTimeoutError",
     "WebhookTokenError",
     "WebhookTooLargeError",
 ]
@@ -68,4 +70,16 @@ class WebhookTooLargeError(WebhookError):
         super().__init__(
             f"webhook body too large: over {limit} bytes (raise max_body_size if real events "
             "are this big)"
+        )
+
+
+class WebhookTimeoutError(WebhookError):
+    """The body did not arrive within ``timeout`` seconds of its headers (a stalled sender)."""
+
+    http_status = 408
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        super().__init__(
+            f"webhook body not received within {timeout:g} s (a stalled or very slow sender)"
         )

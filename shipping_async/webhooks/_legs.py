@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import msgspec
@@ -9,7 +10,7 @@ import msgspec
 from shipping_async.models.orders import Order, Shipment
 from shipping_async.models.webhooks import EventType, WebhookEvent
 
-__all__ = ["LegMatch", "find_moved_leg", "match_leg"]
+__all__ = ["LegMatch", "find_moved_leg", "legs_from", "match_leg"]
 
 
 class _Orders(Protocol):
@@ -114,3 +115,27 @@ async def find_moved_leg(client: _ClientWithOrders, event: WebhookEvent) -> LegM
     """
     order = await client.orders.get(event.object_id)
     return match_leg(order, event)
+
+
+def legs_from(client: _ClientWithOrders) -> Callable[[WebhookEvent], Awaitable[int]]:
+    """The receiver's ``legs``: how many legs of the event's order hold its value now.
+
+    ::
+
+        receiver = WebhookReceiver(on_event, token=webhook.token, legs=legs_from(client))
+
+    The two legs of a hub order fire byte-identical events (both become
+    ``order_received`` in the same millisecond), and the body names no leg (section 6).
+    When such a body comes again, the receiver asks this how many legs may have sent it:
+    the order is read (``GET /orders/{id}``) and its ``shipments[]`` compared with the
+    event, as :func:`match_leg` does. An event type that names no leg field counts 1.
+    Only repeated bodies cost a lookup; a retry of a direct order's event still reads 1.
+    """
+
+    async def count(event: WebhookEvent) -> int:
+        order = await client.orders.get(event.object_id)
+        if event.event_type not in _LEG_FIELD:
+            return 1
+        return len(match_leg(order, event).candidates)
+
+    return count

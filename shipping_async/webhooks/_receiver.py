@@ -1,45 +1,72 @@
-"""The aiohttp receiver: answer a delivery at once, run the handler in an owned task."""
+"""The framework-neutral receiver: bytes and headers in, an answer out, the handler run first."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterable, Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 
 from aiohttp import web
 
+from shipping_async.clock import Clock, SystemClock
 from shipping_async.models.webhooks import WebhookEvent
-from shipping_async.webhooks._dedupe import DEFAULT_DEDUPE_SIZE, EventDeduplicator
+from shipping_async.webhooks._dedupe import DEFAULT_DEDUPE_SIZE, EventDeduplicator, event_key
 from shipping_async.webhooks._errors import (
     WebhookError,
+    WebhookPayloadError,
+    WebhookTimeoutError,
     WebhookTokenError,
     WebhookTooLargeError,
 )
-from shipping_async.webhooks._parse import DEFAULT_MAX_BODY_SIZE, parse_event
+from shipping_async.webhooks._parse import DEFAULT_MAX_BODY_SIZE, MIN_FRESHNESS_WINDOW, parse_event
 
 __all__ = [
-    "WEBHOOK_RECEIVER",
+    "DEFAULT_BODY_TIMEOUT",
+    "DEFAULT_HANDLER_TIMEOUT",
+    "DEFAULT_MAX_CONCURRENT_READS",
+    "LegCounter",
     "ReceiverStats",
+    "WebhookAnswer",
     "WebhookHandler",
     "WebhookReceiver",
-    "add_webhook_route",
-    "create_webhook_app",
 ]
 
 logger = logging.getLogger("shipping_async.webhooks")
 
-#: The handler the receiver calls once per accepted event.
+#: The handler the receiver calls once per accepted event (at least once: see the class).
 WebhookHandler = Callable[[WebhookEvent], Awaitable[object]]
+#: How many distinct events may share this event's body: the legs of its order that may
+#: have fired it (see :func:`legs_from`). Called only for a repeated body.
+LegCounter = Callable[[WebhookEvent], Awaitable[int]]
 
 DEFAULT_MAX_PENDING = 4096
 DEFAULT_MAX_CONCURRENT_HANDLERS = 64
 DEFAULT_SHUTDOWN_TIMEOUT = 10.0
-# After a 413 aiohttp keeps reading and discarding the unread body ("lingering") so that
-# the sender sees the answer rather than a reset; its default of 10 s is meant for
-# uploads. An event is a few hundred bytes, so a receiver app lingers 1 s at most.
-_LINGERING_TIME = 1.0
+#: Seconds to receive a body once its headers are in. A delivery is a few hundred bytes.
+DEFAULT_BODY_TIMEOUT = 10.0
+#: Seconds a handler may run before the delivery is answered 500 (and so retried). The
+#: API's own timeout is not shown (the sandbox's is 10 s): past it the API retries anyway.
+DEFAULT_HANDLER_TIMEOUT = 10.0
+#: Bodies read at the same time. Each holds at most ``max_body_size`` + 1 bytes, so the
+#: receiver's body memory is at most 256 x 64 KiB = 16 MiB however many senders stall.
+DEFAULT_MAX_CONCURRENT_READS = 256
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookAnswer:
+    """What to answer one delivery: ``status`` and ``text``; ``event`` when one was parsed.
+
+    ``close`` says the body was not read to its end, so the connection must not carry
+    another request (the framework would have to discard the rest of the body).
+    """
+
+    status: int
+    text: str
+    event: WebhookEvent | None = None
+    close: bool = False
 
 
 @dataclass(slots=True)
@@ -51,9 +78,20 @@ class ReceiverStats:
     bad_token: int = 0
     bad_payload: int = 0
     too_large: int = 0
+    timed_out: int = 0
     refused_busy: int = 0
     handler_errors: int = 0
     handled: int = 0
+
+
+# Which counter each refusal adds to: the most specific class first.
+_REFUSAL_COUNTER: tuple[tuple[type[WebhookError], str], ...] = (
+    (WebhookTokenError, "bad_token"),
+    (WebhookTooLargeError, "too_large"),
+    (WebhookTimeoutError, "timed_out"),
+    (WebhookPayloadError, "bad_payload"),
+    (WebhookError, "bad_payload"),
+)
 
 
 class WebhookReceiver:
@@ -61,30 +99,45 @@ class WebhookReceiver:
 
     ::
 
-        receiver = WebhookReceiver(on_event, token=webhook.token)
-        app.router.add_post("/webhooks", receiver.handle)
-        app.on_shutdown.append(receiver.on_shutdown)
+        receiver = WebhookReceiver(on_event, token=webhook.token, legs=legs_from(client))
+        answer = await receiver.receive(body, headers)      # any framework
+        app.router.add_post("/webhooks", receiver.handle)   # or aiohttp directly
 
-    (:func:`add_webhook_route` does those three lines.) For every delivery it reads at
-    most ``max_body_size + 1`` bytes, checks the body and the token, drops an event it
-    already accepted, answers ``202`` and only then runs the handler, in a task it owns:
-    the API's timeout is short and undocumented, so the answer never waits for the
-    handler. Answers: ``202`` accepted, ``200`` duplicate (dropped), ``400`` bad body,
-    ``401`` wrong token, ``413`` too large, ``503`` busy or shutting down (the API
-    retries those, about 20 s later).
+    **At least once.** A delivery is answered only after the handler returned: ``200``
+    when it did, ``500`` when it raised or ran past ``handler_timeout``, so the API retries
+    it (20, 40, 60 and 80 s later, section 6) and the handler sees it again. The price: the
+    API waits for the handler, and a handler that succeeded but whose answer was lost runs
+    again on the retry, so a handler must be idempotent (or hand the event to a durable
+    queue and return). A handler cancelled by shutdown leaves its delivery unanswered: the
+    API retries that too.
 
-    A handler exception is logged with the event and counted; the delivery was already
-    answered ``2xx``, so it is never re-sent. Handlers run at most
-    ``max_concurrent_handlers`` at a time; when ``max_pending`` events are waiting, new
-    deliveries get ``503`` instead of growing memory without bound.
+    **Duplicates.** An event already handled is answered ``200`` and dropped (the rule is
+    in :func:`event_key`); a repeat that arrives while the first is still being handled
+    waits for that outcome. The two legs of a hub order send byte-identical events: with
+    ``legs`` (see :func:`legs_from`), a repeat is let through as long as fewer deliveries
+    of that body were handled than the order has legs holding its value.
+
+    **Bounds.** At most ``max_body_size`` + 1 bytes of a body are read, within
+    ``body_timeout`` s, ``max_concurrent_reads`` bodies at a time; handlers run at most
+    ``max_concurrent_handlers`` at a time and ``max_pending`` deliveries wait for one.
+    Answers: ``200`` handled or duplicate, ``400`` bad body, ``401`` wrong token, ``408``
+    body too slow, ``413`` too large, ``500`` handler failed, ``503`` busy or shutting down.
     """
 
     __slots__ = (
+        "_body_timeout",
+        "_clock",
         "_closing",
         "_handler",
+        "_handler_timeout",
+        "_legs",
         "_limit",
+        "_max_age",
         "_max_body_size",
         "_max_pending",
+        "_max_reads",
+        "_reading",
+        "_running",
         "_shutdown_timeout",
         "_tasks",
         "_token",
@@ -98,105 +151,234 @@ class WebhookReceiver:
         *,
         token: str,
         max_body_size: int = DEFAULT_MAX_BODY_SIZE,
+        body_timeout: float = DEFAULT_BODY_TIMEOUT,
+        handler_timeout: float = DEFAULT_HANDLER_TIMEOUT,
+        max_concurrent_reads: int = DEFAULT_MAX_CONCURRENT_READS,
         dedupe_size: int = DEFAULT_DEDUPE_SIZE,
         max_pending: int = DEFAULT_MAX_PENDING,
         max_concurrent_handlers: int = DEFAULT_MAX_CONCURRENT_HANDLERS,
         shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
+        max_age: timedelta | None = None,
+        legs: LegCounter | None = None,
+        clock: Clock | None = None,
     ) -> None:
         if not token:
             raise ValueError("token: the webhook's token is required (an empty one accepts anyone)")
-        if max_body_size < 1 or max_pending < 1 or max_concurrent_handlers < 1:
-            raise ValueError("max_body_size, max_pending, max_concurrent_handlers: must be >= 1")
+        if min(max_body_size, max_pending, max_concurrent_handlers, max_concurrent_reads) < 1:
+            raise ValueError(
+                "max_body_size, max_pending, max_concurrent_handlers, max_concurrent_reads: "
+                "must be >= 1"
+            )
+        if body_timeout <= 0 or handler_timeout <= 0:
+            raise ValueError("body_timeout, handler_timeout: must be > 0 seconds")
+        if max_age is not None and max_age < MIN_FRESHNESS_WINDOW:
+            raise ValueError(
+                f"max_age: {max_age} would refuse the API's own retries (about 200 s after "
+                f"the first attempt); use at least {MIN_FRESHNESS_WINDOW}"
+            )
         self._handler = handler
         self._token = token
         self._max_body_size = max_body_size
+        self._body_timeout = body_timeout
+        self._handler_timeout = handler_timeout
+        self._max_reads = max_concurrent_reads
+        self._reading = 0
         self._max_pending = max_pending
         self._limit = asyncio.Semaphore(max_concurrent_handlers)
         self._shutdown_timeout = shutdown_timeout
-        # Each running handler task and its event: owned here, awaited or cancelled by close().
-        self._tasks: dict[asyncio.Task[None], WebhookEvent] = {}
+        self._max_age = max_age
+        self._legs = legs
+        self._clock: Clock = clock or SystemClock()
+        # The task answering each delivery whose handler runs: awaited or cancelled by close().
+        self._tasks: set[asyncio.Task[object]] = set()
+        # Each event key being handled -> the futures its handlings resolve when they end.
+        self._running: dict[bytes, list[asyncio.Future[None]]] = {}
         self._closing = False
-        #: The memory of accepted events; ``None`` when ``dedupe_size`` is 0.
+        #: The memory of handled events; ``None`` when ``dedupe_size`` is 0.
         self.dedupe = EventDeduplicator(dedupe_size) if dedupe_size > 0 else None
         self.stats = ReceiverStats()
 
     @property
     def pending(self) -> int:
-        """Accepted events whose handler has not finished yet."""
+        """Deliveries whose handler is running or waiting for its turn."""
         return len(self._tasks)
+
+    async def receive(
+        self,
+        body: bytes | AsyncIterable[bytes],
+        headers: Mapping[str, str] | None = None,
+        *,
+        remote: str | None = None,
+    ) -> WebhookAnswer:
+        """Take one delivery, whatever the web framework: the raw body (bytes, or the
+        framework's chunk stream, read here within the bounds) and the request headers.
+
+        ::
+
+            answer = await receiver.receive(request.stream(), request.headers)  # Starlette
+            return Response(answer.text, status_code=answer.status)
+
+        Never raises for anything a sender can send; the handler's own errors become a 500.
+        """
+        if self._closing:
+            return self._refuse_busy(close=not isinstance(body, bytes))
+        try:
+            data = await self._read(body, headers)
+            event = parse_event(
+                data,
+                self._token,
+                max_body_size=self._max_body_size,
+                max_age=self._max_age,
+                now=self._clock.now(),
+            )
+        except WebhookError as exc:
+            return self._refuse(exc, remote)
+        if self._closing or len(self._tasks) >= self._max_pending:
+            return self._refuse_busy(close=False)
+        return await self._deliver(event)
 
     async def handle(self, request: web.Request) -> web.Response:
         """The aiohttp handler for ``POST <path>``: one delivery, one answer."""
-        if self._busy():
-            return self._refuse_busy()
-        try:
-            body = await _read_body(request, self._max_body_size)
-            event = parse_event(body, self._token, max_body_size=self._max_body_size)
-        except WebhookError as exc:
-            return self._refuse(request, exc)
-        # Checked again after the read: other deliveries (or close()) may have come in
-        # meanwhile. From here to create_task there is no await, so the bound is exact
-        # and close() sees every task.
-        if self._busy():
-            return self._refuse_busy()
-        if self.dedupe is not None and not self.dedupe.check_and_add(event):
-            self.stats.duplicates += 1
-            logger.debug("dropped a duplicate delivery of %r", event)
-            return web.Response(status=200)
-        self.stats.accepted += 1
-        task = asyncio.get_running_loop().create_task(self._run(event))
-        self._tasks[task] = event
-        task.add_done_callback(self._forget)
-        return web.Response(status=202)
-
-    def _busy(self) -> bool:
-        return self._closing or len(self._tasks) >= self._max_pending
-
-    def _refuse_busy(self) -> web.Response:
-        # Not remembered as seen: the API's retry (about 20 s later) must get through.
-        self.stats.refused_busy += 1
-        return web.Response(status=503, text="receiver busy, retry later")
-
-    def _refuse(self, request: web.Request, exc: WebhookError) -> web.Response:
-        if isinstance(exc, WebhookTokenError):
-            self.stats.bad_token += 1
-        elif isinstance(exc, WebhookTooLargeError):
-            self.stats.too_large += 1
-        else:
-            self.stats.bad_payload += 1
-        logger.warning("refused a webhook delivery from %s: %s", request.remote, exc)
-        response = web.Response(status=exc.http_status, text=str(exc))
-        if isinstance(exc, WebhookTooLargeError):
+        answer = await self.receive(
+            request.content.iter_any(), request.headers, remote=request.remote
+        )
+        response = web.Response(status=answer.status, text=answer.text)
+        if answer.close:
             # The rest of the body was never read: do not reuse this connection for the
             # next request (aiohttp discards what is left instead of parsing it).
             response.force_close()
         return response
 
-    def _forget(self, task: asyncio.Task[None]) -> None:
-        self._tasks.pop(task, None)
+    async def _read(
+        self, body: bytes | AsyncIterable[bytes], headers: Mapping[str, str] | None
+    ) -> bytes:
+        limit = self._max_body_size
+        if _content_length(headers) > limit:
+            raise WebhookTooLargeError(limit)
+        if isinstance(body, bytes):
+            return body
+        if self._reading >= self._max_reads:
+            raise _Busy
+        self._reading += 1
+        data = bytearray()
+        try:
+            async with asyncio.timeout(self._body_timeout):
+                async for chunk in body:
+                    data += chunk[: limit + 1 - len(data)]
+                    if len(data) > limit:
+                        break
+        except TimeoutError:
+            raise WebhookTimeoutError(self._body_timeout) from None
+        except Exception as exc:  # the framework's "client went away", whatever its class
+            raise WebhookPayloadError(
+                f"webhook body not received whole: {type(exc).__name__}"
+            ) from exc
+        finally:
+            self._reading -= 1
+        if len(data) > limit:
+            raise WebhookTooLargeError(limit)
+        return bytes(data)
 
-    async def _run(self, event: WebhookEvent) -> None:
-        async with self._limit:
-            try:
+    async def _deliver(self, event: WebhookEvent) -> WebhookAnswer:
+        if self.dedupe is None:
+            return await self._run(event, b"")
+        key = event_key(event)
+        allowance = 1
+        counted = self._legs is None
+        while True:
+            if self._closing:
+                return self._refuse_busy(close=False)
+            # No await between this check and _run's registration: two concurrent
+            # deliveries of one event cannot both pass the same count.
+            if self.dedupe.check_and_add(event, allowance=allowance):
+                return await self._run(event, key)
+            running = self._running.get(key)
+            if not counted and self._legs is not None:
+                counted = True
+                try:
+                    allowance = max(1, await self._legs(event))
+                except Exception as exc:  # any failure to read the order: let the API retry
+                    logger.warning(
+                        "could not count the legs of order %d for a repeated event (%s); "
+                        "answered 503 so that the API retries",
+                        event.object_id,
+                        exc,
+                    )
+                    return self._refuse_busy(close=False)
+                if allowance > 1:
+                    continue  # the count may have moved during the lookup: check again
+            if running:
+                # Its first handling is still running: its outcome decides (a failure
+                # takes the acceptance back, and this delivery is handled instead).
+                await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                continue
+            self.stats.duplicates += 1
+            logger.debug("dropped a duplicate delivery of %r", event)
+            return WebhookAnswer(200, "duplicate", event)
+
+    async def _run(self, event: WebhookEvent, key: bytes) -> WebhookAnswer:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._running.setdefault(key, []).append(done)
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        self.stats.accepted += 1
+        try:
+            async with self._limit, asyncio.timeout(self._handler_timeout):
                 await self._handler(event)
-            except Exception:
-                # The API got its 2xx already and will not re-send: this log line is the
-                # only trace of the failure, so it carries the event (token masked).
-                self.stats.handler_errors += 1
-                logger.exception("webhook handler failed on %r", event)
-            else:
-                self.stats.handled += 1
+        except Exception as exc:
+            if self.dedupe is not None:
+                self.dedupe.discard(event)  # not handled: its retry must get through
+            self.stats.handler_errors += 1
+            reason = "ran past its timeout" if isinstance(exc, TimeoutError) else "failed"
+            logger.error(
+                "webhook handler %s on %r; answered 500 so that the API retries",
+                reason,
+                event,
+                exc_info=not isinstance(exc, TimeoutError),
+            )
+            return WebhookAnswer(500, f"handler {reason}, retry later", event)
+        except asyncio.CancelledError:
+            if self.dedupe is not None:
+                self.dedupe.discard(event)
+            logger.warning("handler of %r cancelled: the API will retry the delivery", event)
+            raise
+        finally:
+            self._tasks.discard(task)
+            waiters = self._running[key]
+            waiters.remove(done)
+            if not waiters:
+                del self._running[key]
+            done.set_result(None)
+        self.stats.handled += 1
+        return WebhookAnswer(200, "handled", event)
+
+    def _refuse_busy(self, *, close: bool) -> WebhookAnswer:
+        # Not remembered as seen: the API's retry (about 20 s later) must get through.
+        self.stats.refused_busy += 1
+        return WebhookAnswer(503, "receiver busy, retry later", close=close)
+
+    def _refuse(self, exc: WebhookError, remote: str | None) -> WebhookAnswer:
+        if isinstance(exc, _Busy):
+            return self._refuse_busy(close=True)
+        counter = next(name for kind, name in _REFUSAL_COUNTER if isinstance(exc, kind))
+        setattr(self.stats, counter, getattr(self.stats, counter) + 1)
+        # One line per refused delivery, no traceback: the text is ours (it never quotes
+        # the body), and %r keeps the sender's address on one line whatever it holds.
+        logger.warning("refused a webhook delivery from %r: %s", remote, exc)
+        close = isinstance(exc, WebhookTooLargeError | WebhookTimeoutError)
+        return WebhookAnswer(exc.http_status, str(exc), close=close)
 
     async def join(self) -> None:
-        """Wait until every accepted event has been handled (events arriving meanwhile too)."""
+        """Wait until every delivery being handled has been answered."""
         while self._tasks:
             await asyncio.wait(set(self._tasks))
 
     async def close(self, grace: float | None = None) -> None:
         """Stop accepting (``503``), give running handlers ``grace`` s, cancel the rest.
 
-        ``grace`` defaults to ``shutdown_timeout``. Events cancelled here were answered
-        ``2xx`` and are lost; each is logged. Calling ``close`` again is harmless.
+        ``grace`` defaults to ``shutdown_timeout``. A cancelled handler's delivery is left
+        unanswered, so the API retries it. Calling ``close`` again is harmless.
         """
         self._closing = True
         if not self._tasks:
@@ -206,10 +388,9 @@ class WebhookReceiver:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(grace):
                 await self.join()
-        left = dict(self._tasks)
-        for task, event in left.items():
+        left = set(self._tasks)
+        for task in left:
             task.cancel()
-            logger.error("cancelled the handler of %r after %g s of shutdown", event, grace)
         await asyncio.gather(*left, return_exceptions=True)
 
     async def on_shutdown(self, app: web.Application) -> None:
@@ -220,89 +401,17 @@ class WebhookReceiver:
         return f"WebhookReceiver(pending={len(self._tasks)}, stats={self.stats!r}, token='***')"
 
 
-async def _read_body(request: web.Request, limit: int) -> bytes:
-    """The body, reading at most ``limit + 1`` bytes whatever the sender sends."""
-    if request.content_length is not None and request.content_length > limit:
-        raise WebhookTooLargeError(limit)
-    body = bytearray()
-    while len(body) <= limit:
-        chunk = await request.content.read(limit + 1 - len(body))
-        if not chunk:
-            break
-        body += chunk
-    if len(body) > limit:
-        raise WebhookTooLargeError(limit)
-    return bytes(body)
+class _Busy(WebhookError):
+    """Every body-reading slot is taken: answered 503 without reading."""
+
+    http_status = 503
 
 
-#: Where :func:`create_webhook_app` keeps its receiver: ``app[WEBHOOK_RECEIVER].stats``.
-WEBHOOK_RECEIVER = web.AppKey("shipping_async.webhook_receiver", WebhookReceiver)
-
-
-def add_webhook_route(
-    app: web.Application,
-    handler: WebhookHandler,
-    *,
-    token: str,
-    path: str = "/webhooks",
-    max_body_size: int = DEFAULT_MAX_BODY_SIZE,
-    dedupe_size: int = DEFAULT_DEDUPE_SIZE,
-    max_pending: int = DEFAULT_MAX_PENDING,
-    max_concurrent_handlers: int = DEFAULT_MAX_CONCURRENT_HANDLERS,
-    shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
-) -> WebhookReceiver:
-    """Add ``POST path`` to an existing app; its handler tasks end with the app's shutdown.
-
-    ::
-
-        receiver = add_webhook_route(app, on_event, token=webhook.token, path="/hooks/shipping")
-    """
-    receiver = WebhookReceiver(
-        handler,
-        token=token,
-        max_body_size=max_body_size,
-        dedupe_size=dedupe_size,
-        max_pending=max_pending,
-        max_concurrent_handlers=max_concurrent_handlers,
-        shutdown_timeout=shutdown_timeout,
-    )
-    app.router.add_post(path, receiver.handle)
-    app.on_shutdown.append(receiver.on_shutdown)
-    return receiver
-
-
-def create_webhook_app(
-    handler: WebhookHandler,
-    *,
-    token: str,
-    path: str = "/webhooks",
-    max_body_size: int = DEFAULT_MAX_BODY_SIZE,
-    dedupe_size: int = DEFAULT_DEDUPE_SIZE,
-    max_pending: int = DEFAULT_MAX_PENDING,
-    max_concurrent_handlers: int = DEFAULT_MAX_CONCURRENT_HANDLERS,
-    shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
-) -> web.Application:
-    """An aiohttp application that receives one webhook's deliveries on ``POST path``.
-
-    ::
-
-        async def on_event(event: WebhookEvent) -> None:
-            print(event.object_id, event.event_type, event.updated_value)
-
-        web.run_app(create_webhook_app(on_event, token=webhook.token), port=8080)
-
-    The receiver is ``app[WEBHOOK_RECEIVER]`` (its ``stats``, ``pending``, ``join()``).
-    """
-    app = web.Application(handler_args={"lingering_time": _LINGERING_TIME})
-    app[WEBHOOK_RECEIVER] = add_webhook_route(
-        app,
-        handler,
-        token=token,
-        path=path,
-        max_body_size=max_body_size,
-        dedupe_size=dedupe_size,
-        max_pending=max_pending,
-        max_concurrent_handlers=max_concurrent_handlers,
-        shutdown_timeout=shutdown_timeout,
-    )
-    return app
+def _content_length(headers: Mapping[str, str] | None) -> int:
+    if headers is None:
+        return -1
+    value = headers.get("Content-Length", headers.get("content-length"))
+    try:
+        return int(value) if value is not None else -1
+    except ValueError:
+        return -1

@@ -5,14 +5,19 @@ from __future__ import annotations
 import socket
 from collections.abc import Awaitable, Callable
 from decimal import Decimal
-from typing import Any
+from typing import Any, Unpack
 
 from aiohttp import web
 
 from shipping_async._client import AsyncShippingClient
 from shipping_async.clock import Clock
 from shipping_async.models import Address, Order, OrderRequest, Package, QuoteRequest
-from shipping_async.webhooks import WebhookHandler, WebhookReceiver, add_webhook_route
+from shipping_async.webhooks import (
+    ReceiverOptions,
+    WebhookHandler,
+    WebhookReceiver,
+    add_webhook_route,
+)
 
 TOKEN = "whk_3f9a2c7e1b"
 
@@ -64,9 +69,11 @@ class Endpoint:
             return web.Response(status=500)
         return response
 
-    async def start(self, handler: WebhookHandler, *, token: str) -> WebhookReceiver:
+    async def start(
+        self, handler: WebhookHandler, *, token: str, **options: Unpack[ReceiverOptions]
+    ) -> WebhookReceiver:
         app = web.Application(middlewares=[self._observe])
-        receiver = add_webhook_route(app, handler, token=token)
+        receiver = add_webhook_route(app, handler, token=token, **options)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         await web.SockSite(self._runner, self._sock).start()
