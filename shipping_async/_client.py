@@ -16,6 +16,7 @@ import aiohttp
 import msgspec
 from yarl import URL
 
+from shipping_async._bounded import DEFAULT_MAX_RESPONSE_BYTES
 from shipping_async._decode import Answer, read_answer
 from shipping_async._hooks import ClientHooks, observe_call
 from shipping_async._http import RequestOptions, Secret, configure_logging, exchange
@@ -170,6 +171,9 @@ class AsyncShippingClient:
     :mod:`shipping_async.ledger`); ``on_cancelled_order`` is called with a
     :class:`~shipping_async.CancelledOrder` for every create whose caller was cancelled,
     after the SDK has learnt what became of it.
+
+    ``max_response_bytes`` (default 16 MiB) caps an answer, counted after decompression:
+    a longer one is not read and raises ``APIResponseValidationError``.
     """
 
     quotes: Quotes
@@ -195,22 +199,29 @@ class AsyncShippingClient:
         max_wait: float | None = None,
         order_ledger: OrderLedger | None = None,
         on_cancelled_order: Callable[[CancelledOrder], object] | None = None,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         token = token if token is not None else os.environ.get(TOKEN_ENV)
         if not token:
             raise ConfigurationError(
                 f"no access token: pass token=... or set the {TOKEN_ENV} environment variable"
             )
+        self._token = Secret(token)
+        del token  # a frame that raises below must not hold the token in its locals
         base_url = base_url if base_url is not None else os.environ.get(BASE_URL_ENV)
         if not base_url:
             raise ConfigurationError(
                 f"no base URL: pass base_url=... (including /client_api/v2) or set the "
                 f"{BASE_URL_ENV} environment variable"
             )
-        self._token = Secret(token)
         self._base_url = _check_base_url(base_url)
         self._timeout = _check_timeout(timeout)
         self._lenient = _check_decoding(decoding) == "lenient"
+        if isinstance(max_response_bytes, bool) or max_response_bytes < 1:
+            raise ConfigurationError(
+                f"max_response_bytes: must be a number of bytes >= 1, got {max_response_bytes!r}"
+            )
+        self._max_response_bytes = int(max_response_bytes)
         self._policy = RetryPolicy(
             max_retries=max_retries,
             max_rate_limit_retries=max_rate_limit_retries,
@@ -322,9 +333,12 @@ class AsyncShippingClient:
         await self.close()
 
     def __repr__(self) -> str:
+        # getattr: a traceback that prints locals may show a client whose __init__ raised.
+        policy = getattr(self, "_policy", None)
         return (
-            f"AsyncShippingClient(base_url={self._base_url!r}, timeout={self._timeout:g}, "
-            f"max_retries={self._policy.max_retries}, token='***')"
+            f"AsyncShippingClient(base_url={getattr(self, '_base_url', None)!r}, "
+            f"timeout={getattr(self, '_timeout', None)!r}, "
+            f"max_retries={policy.max_retries if policy else None}, token='***')"
         )
 
     async def _request(
@@ -386,6 +400,7 @@ class AsyncShippingClient:
                     json_body=json_body,
                     form=form,
                     on_status=observed.status,
+                    max_response_bytes=self._max_response_bytes,
                 )
 
         with observed:

@@ -18,6 +18,12 @@ import aiohttp
 import msgspec
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from shipping_async._bounded import (
+    DEFAULT_MAX_RESPONSE_BYTES,
+    AnswerTooLarge,
+    discreet,
+    read_capped,
+)
 from shipping_async._retry import parse_retry_after
 from shipping_async._version import __version__
 from shipping_async.clock import Clock
@@ -141,6 +147,7 @@ async def exchange(
     json_body: bytes | None = None,
     form: Callable[[], aiohttp.FormData] | None = None,
     on_status: Callable[[int], object] | None = None,
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
 ) -> T:
     """Send one request and return ``parse(body)`` of a 2xx answer.
 
@@ -151,38 +158,50 @@ async def exchange(
     ``APIConnectionError`` from aiohttp's exception, and ``APIResponseValidationError``
     when a 2xx body does not parse.
     """
-    headers = _headers(token, json=form is None)
+    # The revealed header dict is never a local of this frame (nor is the token): frames
+    # that raise keep their locals, and whatever prints them would print the token.
     data: bytes | aiohttp.FormData | None = form() if form is not None else json_body
     loop = asyncio.get_running_loop()
     started = loop.time()
     if _log.isEnabledFor(logging.DEBUG):
         size = len(json_body) if json_body is not None else 0
         kind = "multipart" if form is not None else f"{size} bytes"
-        _log.debug("-> %s %s %s headers=%s", method, url, kind, redact(headers))
+        _log.debug(
+            "-> %s %s %s headers=%s", method, url, kind, redact(_headers(token, json=form is None))
+        )
     try:
-        async with session.request(
+        status, answer_headers, raw = await _send(
+            session,
             method,
             url,
             data=data,
-            headers=headers,
-            timeout=limits,
-            allow_redirects=False,
-        ) as response:
-            status = response.status
-            answer_headers = response.headers
-            raw = await response.read()
+            token=token,
+            json=form is None,
+            limits=limits,
+            max_response_bytes=max_response_bytes,
+        )
         if on_status is not None:
             on_status(status)
+    except AnswerTooLarge as exc:
+        raise APIResponseValidationError(
+            f"{method} {path}: the {exc.status} answer is longer than {max_response_bytes} "
+            "bytes (max_response_bytes); it was not read",
+            method=method,
+            path=path,
+            status=exc.status,
+            headers=_scrub_headers(exc.headers, token),
+            body=b"",
+        ) from discreet(exc)
     except TimeoutError as exc:  # asyncio's, aiohttp's ServerTimeoutError and subclasses
         raise APITimeoutError(
             f"{method} {path}: no answer within {limits.total:g} s ({type(exc).__name__})",
             method=method,
             path=path,
-        ) from exc
+        ) from discreet(exc)
     except aiohttp.ClientError as exc:
         raise APIConnectionError(
             f"{method} {path}: {type(exc).__name__}: {exc}", method=method, path=path
-        ) from exc
+        ) from discreet(exc)
     _log.debug(
         "<- %s %s %d in %.3f s (%d bytes)", method, url, status, loop.time() - started, len(raw)
     )
@@ -191,11 +210,11 @@ async def exchange(
         # the error's text, body and headers.
         raise error_for_status(
             status,
-            _scrub(raw, token),
+            raw,
             method=method,
             path=path,
             retry_after=parse_retry_after(answer_headers.get("Retry-After"), clock.now()),
-            headers=_scrub_headers(answer_headers, token),
+            headers=answer_headers,
         )
     try:
         return parse(raw)
@@ -205,9 +224,43 @@ async def exchange(
             method=method,
             path=path,
             status=status,
-            headers=_scrub_headers(answer_headers, token),
-            body=_scrub(raw, token),
+            headers=answer_headers,
+            body=raw,
         ) from exc
+
+
+async def _send(
+    session: aiohttp.ClientSession,
+    method: str,
+    url: str,
+    *,
+    data: bytes | aiohttp.FormData | None,
+    token: Secret,
+    json: bool,
+    limits: aiohttp.ClientTimeout,
+    max_response_bytes: int,
+) -> tuple[int, CIMultiDictProxy[str], bytes]:
+    """The answer's status, headers and body, the token scrubbed from the last two.
+
+    A proxy or debug page may echo the request headers back. The answer is scrubbed here,
+    before :func:`exchange` holds it, so that no frame that raises a status or decoding
+    error holds the token in its locals; this frame's own locals go with the aiohttp
+    exception's traceback, which :func:`~shipping_async._bounded.discreet` drops.
+    """
+    async with session.request(
+        method,
+        url,
+        data=data,
+        headers=_headers(token, json=json),
+        timeout=limits,
+        allow_redirects=False,
+    ) as response:
+        try:
+            raw = await read_capped(response, max_response_bytes)
+        except AnswerTooLarge as exc:
+            exc.status, exc.headers = response.status, _scrub_headers(response.headers, token)
+            raise
+        return response.status, _scrub_headers(response.headers, token), _scrub(raw, token)
 
 
 def _scrub(raw: bytes, token: Secret) -> bytes:

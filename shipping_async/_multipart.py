@@ -82,8 +82,21 @@ async def load_files(files: Mapping[str, FileSpec]) -> dict[OrderDocument, Uploa
             raise RequestValidationError(
                 f"files[{name}]", f"not a document the API takes (one of: {known})"
             ) from None
-        uploads[document] = await _load(document, spec)
+        uploads[document] = _header_safe(document, await _load(document, spec))
     return uploads
+
+
+def _header_safe(document: OrderDocument, upload: Upload) -> Upload:
+    # The file name and content type go into the part's headers: a CR or LF there would
+    # end the header early and let the value write headers of its own.
+    for name, value in (("filename", upload.filename), ("content_type", upload.content_type)):
+        bad = next((char for char in value if ord(char) < 0x20 or ord(char) == 0x7F), None)
+        if bad is not None:
+            raise RequestValidationError(
+                f"files[{document.value}].{name}",
+                f"holds the control character {bad!r}, which cannot go into a header",
+            )
+    return upload
 
 
 async def _load(document: OrderDocument, spec: FileSpec) -> Upload:

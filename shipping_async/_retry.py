@@ -70,6 +70,10 @@ T = TypeVar("T")
 
 _log = logging.getLogger("shipping_async")
 
+#: The longest window or wait (real seconds) learned from an answer; a longer one is
+#: refused and logged. The API's own window is 60 s.
+MAX_LEARNED_SECONDS = 3600.0
+
 # aiohttp raises these only from ``connector.connect()``, before the request is written:
 # DNS, refused, TLS handshake, proxy, and the connect timeout. Anything else (a reset,
 # ServerDisconnectedError, a read timeout, a truncated body) may come after the server
@@ -357,8 +361,11 @@ async def send_with_retries(
         if step.pause_limiter and limiter is not None and isinstance(error, RateLimitError):
             rate_limited += 1
             # The server states its window and Retry-After in real seconds.
-            real_window = clock.from_real(error.window) if error.window is not None else None
-            seconds = clock.from_real(step.wait) if step.wait is not None else None
+            window = _learnable(error.window, "window of the 429 text", error)
+            wait = _learnable(step.wait, "Retry-After", error)
+            limit = error.limit if error.limit is not None and error.limit >= 1 else None
+            real_window = clock.from_real(window) if window is not None else None
+            seconds = clock.from_real(wait) if wait is not None else None
             seconds = seconds if seconds is not None else (real_window or limiter.window)
             _log.warning(
                 "429 on %s %s (%s); pausing order creation for %.3g s, then re-sending "
@@ -370,7 +377,7 @@ async def send_with_retries(
                 rate_limited,
                 policy.max_rate_limit_retries,
             )
-            await limiter.pause(seconds, limit=error.limit, window=real_window)
+            await limiter.pause(seconds, limit=limit, window=real_window)
             continue
         retries += 1
         delay = clock.from_real(step.wait) if step.wait is not None else next(delays)
@@ -388,6 +395,25 @@ async def send_with_retries(
 
 def _may_have_arrived(error: BaseException | None) -> bool:
     return error is None or not never_written(error)
+
+
+def _learnable(seconds: float | None, what: str, error: APIError) -> float | None:
+    """``seconds`` from an answer, or ``None`` (logged) when longer than anyone should wait.
+
+    A 429 text or a Retry-After is the server's word, and a broken or hostile server can
+    say anything: ``1 of 1 in 315360000 seconds`` would pause every order for ten years.
+    """
+    if seconds is None or seconds <= MAX_LEARNED_SECONDS:
+        return seconds
+    _log.warning(
+        "%s %s: refused the %s of %.0f s (over the %.0f s cap); keeping our own",
+        error.method,
+        error.path,
+        what,
+        seconds,
+        MAX_LEARNED_SECONDS,
+    )
+    return None
 
 
 def _describe(error: APIError) -> str:

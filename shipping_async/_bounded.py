@@ -1,0 +1,79 @@
+"""What keeps one exchange bounded and discreet: the answer's size cap, and transport errors
+stripped of the request's headers before they are chained to ours.
+
+An answer is read chunk by chunk as aiohttp decompresses it, so the cap holds on the
+decompressed size: a small gzip body that inflates to hundreds of MiB stops at the cap.
+
+aiohttp's exceptions carry what a token must never reach: ``ClientResponseError.request_info``
+holds the request's headers (``Authorization`` included), and the frames of their
+tracebacks hold the header dicts as locals, which anything that prints locals (pytest
+``-l``, error trackers, rich tracebacks) shows. :func:`discreet` drops both before the
+exception becomes the ``__cause__`` of ours; its type and message, which the retry rules
+read, stay.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import aiohttp
+from multidict import CIMultiDict, CIMultiDictProxy
+
+__all__ = ["DEFAULT_MAX_RESPONSE_BYTES", "AnswerTooLarge", "discreet", "read_capped"]
+
+#: The largest answer read by default: far above any order or quote, far below harm.
+DEFAULT_MAX_RESPONSE_BYTES: Final = 16 * 1024 * 1024
+_CHUNK = 64 * 1024
+_HIDDEN = "***"
+
+
+class AnswerTooLarge(Exception):
+    """The answer (decompressed) is longer than the cap; ``size`` is what was seen.
+
+    The caller fills in the answer's ``status`` and (scrubbed) ``headers`` for its error.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.status = 0
+        self.headers: CIMultiDictProxy[str] = CIMultiDictProxy(CIMultiDict())
+        super().__init__(size)
+
+
+async def read_capped(response: aiohttp.ClientResponse, limit: int) -> bytes:
+    """The answer's body, or :class:`AnswerTooLarge` once more than ``limit`` bytes came."""
+    declared = response.content_length
+    if declared is not None and declared > limit and not response.headers.get("Content-Encoding"):
+        raise AnswerTooLarge(declared)
+    body = bytearray()
+    async for chunk in response.content.iter_chunked(_CHUNK):
+        body += chunk
+        if len(body) > limit:
+            raise AnswerTooLarge(len(body))
+    return bytes(body)
+
+
+def discreet(error: BaseException) -> BaseException:
+    """``error`` and every exception chained to it, without tracebacks or request headers."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [error]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        current.__traceback__ = None
+        if isinstance(current, aiohttp.ClientResponseError):
+            info = current.request_info
+            current.request_info = info._replace(headers=_redacted(info.headers))
+        pending += [current.__cause__, current.__context__]
+    return error
+
+
+def _redacted(headers: CIMultiDictProxy[str]) -> CIMultiDictProxy[str]:
+    return CIMultiDictProxy(
+        CIMultiDict(
+            (name, _HIDDEN if name.lower() in ("authorization", "cookie") else value)
+            for name, value in headers.items()
+        )
+    )
