@@ -46,6 +46,10 @@ async def _request_log(request: web.Request, handler: _Handler) -> web.StreamRes
         return await handler(request)
     sandbox = request.app[SANDBOX_KEY]
     log = sandbox.log
+    if _account(request, sandbox.accounts) is None:
+        # Logged only once authenticated: anyone can send a request without a token.
+        log.refused += 1
+        return await handler(request)
     record = RequestRecord(
         id=0,
         method=request.method,

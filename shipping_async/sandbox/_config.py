@@ -67,8 +67,12 @@ class SandboxConfig(msgspec.Struct, frozen=True, kw_only=True):
     pickup_closing: str = "18:00"
     pickup_minimum_minutes: int = 120
     pickup_business_days: int = 5
+    #: The request log keeps the latest this many authenticated requests (a ring buffer).
+    request_log_size: int = 100_000
 
     def __post_init__(self) -> None:
+        if self.request_log_size < 1:
+            raise ValueError("request_log_size must be >= 1")
         if self.rate_limit < 1 or self.rate_window <= 0:
             raise ValueError("rate_limit must be >= 1 and rate_window > 0")
         if self.rate_mode not in ("sliding", "fixed"):
@@ -96,3 +100,4 @@ class SandboxOptions(TypedDict, total=False):
     pickup_closing: str
     pickup_minimum_minutes: int
     pickup_business_days: int
+    request_log_size: int

@@ -113,6 +113,10 @@ class SandboxControl:
         """The request log, optionally one method and/or one exact relative path."""
         return self._sandbox.log.records(method=method, path=path)
 
+    def refused_requests(self) -> int:
+        """How many API requests were refused with 401 (counted, never logged)."""
+        return self._sandbox.log.refused
+
     def deliveries(self) -> list[DeliveryRecord]:
         """Every webhook delivery attempt so far (scheduled retries included)."""
         return list(self._sandbox.dispatcher.records)

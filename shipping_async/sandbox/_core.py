@@ -55,7 +55,7 @@ class Sandbox:
             clock, limit=config.rate_limit, window=config.rate_window, mode=config.rate_mode
         )
         self.faults = FaultBook()
-        self.log = RequestLog()
+        self.log = RequestLog(config.request_log_size)
         self.dispatcher = Dispatcher(clock, config, self._webhook)
 
     @property

@@ -7,6 +7,7 @@ read) and the id of the order it created (``None`` when none was).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -61,7 +62,7 @@ def noting() -> Iterator[RequestNote]:
 
 class RequestRecord(msgspec.Struct, kw_only=True):
     """One logged request. ``status`` is ``None`` when the connection was dropped;
-    ``account`` is the account whose token it carried (``None``: refused with 401)."""
+    ``account`` is the account whose token it carried."""
 
     id: int
     method: str
@@ -81,13 +82,19 @@ class RequestRecord(msgspec.Struct, kw_only=True):
 
 
 class RequestLog:
-    """Every API request in arrival order (the control API is not logged)."""
+    """The latest ``size`` authenticated API requests in arrival order (the control API is
+    not logged). A ring buffer: the oldest record goes when a new one comes past ``size``.
 
-    __slots__ = ("_next_id", "_records")
+    Requests refused with 401 are only counted (:attr:`refused`): anyone can send them,
+    so they must not be able to fill the memory of a sandbox.
+    """
 
-    def __init__(self) -> None:
-        self._records: list[RequestRecord] = []
+    __slots__ = ("_next_id", "_records", "refused")
+
+    def __init__(self, size: int = 100_000) -> None:
+        self._records: deque[RequestRecord] = deque(maxlen=size)
         self._next_id = 1
+        self.refused = 0
 
     def append(self, record: RequestRecord) -> None:
         record.id = self._next_id
@@ -105,6 +112,7 @@ class RequestLog:
 
     def clear(self) -> None:
         self._records.clear()
+        self.refused = 0
 
 
 def redact(headers: Mapping[str, str]) -> dict[str, str]:

@@ -118,10 +118,14 @@ async def test_request_log_shows_a_duplicate_created_by_a_blind_retry(api: Api) 
     assert len(created) == 2
 
 
-async def test_unauthenticated_and_unknown_requests_are_logged(api: Api) -> None:
+async def test_unauthenticated_requests_are_only_counted_and_unknown_ones_logged(
+    api: Api,
+) -> None:
     await api.call("GET", "/orders/1", token="nope")
+    await api.call("GET", "/no/such/route")
     records = api.server.control.requests()
-    assert [(r.path, r.status) for r in records] == [("/orders/1", 401)]
+    assert [(r.path, r.status) for r in records] == [("/no/such/route", 404)]
+    assert api.server.control.refused_requests() == 1
 
 
 async def test_deliveries_over_http(api: Api) -> None:
