@@ -15,6 +15,11 @@ The rules (kept here and nowhere else):
 - POST /orders goes through the order limiter: a permit per attempt, given back with
   ``sent=False`` only when the request never left; a 429 pauses the limiter and re-sends
   the order at the front of its queue, at most ``max_rate_limit_retries`` times.
+- A caller that journals its orders (the bulk runner) sets :data:`order_intent` around
+  the call: its ``granted()`` runs when a permit is granted, immediately before the
+  request is written (the intent is the send), and its ``withdrawn()`` as soon as an
+  answer proves nothing was created (a 429, a connection that never opened), before any
+  wait. Nothing waits in the limiter, a pause or a backoff with an intent recorded.
 
 backoff (no release since 2022) is only used for its wait generators, in
 :meth:`RetryPolicy.delays`; swapping it for tenacity's ``wait_random_exponential`` touches
@@ -27,10 +32,11 @@ import asyncio
 import logging
 import math
 from collections.abc import Awaitable, Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import aiohttp
 import backoff
@@ -58,10 +64,12 @@ from shipping_async.limiter import OrderLimiter
 
 __all__ = [
     "Operation",
+    "OrderIntent",
     "Retry",
     "RetryPolicy",
     "decide",
     "never_written",
+    "order_intent",
     "parse_retry_after",
     "send_with_retries",
 ]
@@ -86,6 +94,22 @@ _NEVER_WRITTEN: tuple[type[BaseException], ...] = (
 _IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "PATCH", "DELETE"})
 # POSTs that may be repeated: a second quote binds the caller to nothing.
 _IDEMPOTENT_POSTS = frozenset({"create_quote"})
+
+
+class OrderIntent(Protocol):
+    """Journals an order's intent exactly around its sends (see the module docstring)."""
+
+    async def granted(self) -> None:
+        """A permit is granted: record the intent now (raise to send nothing)."""
+        ...
+
+    async def withdrawn(self) -> None:
+        """The last attempt certainly created nothing: take the intent back."""
+        ...
+
+
+#: Set by a caller around ``orders.create`` to journal the intent at the permit grant.
+order_intent: ContextVar[OrderIntent | None] = ContextVar("order_intent", default=None)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -300,6 +324,7 @@ async def send_with_retries(
     retries = rate_limited = 0
     front = False
     deadline = None if max_wait is None else clock.monotonic() + max_wait
+    intent = order_intent.get() if limiter is not None else None
     while True:
         permit = None
         if limiter is not None:
@@ -314,6 +339,12 @@ async def send_with_retries(
                     clock=clock,
                     refused=rate_limited,
                 ) from None
+        if intent is not None and limiter is not None and permit is not None:
+            try:
+                await intent.granted()
+            except BaseException:
+                await limiter.release(permit, sent=False)
+                raise
         owned: asyncio.Future[T] | None = None
         try:
             if settle is not None and limiter is not None:
@@ -344,6 +375,8 @@ async def send_with_retries(
             return result
         if limiter is not None and permit is not None:
             await limiter.release(permit, sent=not never_written(error))
+        if intent is not None and (isinstance(error, RateLimitError) or never_written(error)):
+            await intent.withdrawn()  # proven not created: no intent waits or fails
         step = decide(
             error,
             operation,

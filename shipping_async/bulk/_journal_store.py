@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from typing import Any, Self, TypeVar, Unpack
@@ -69,8 +70,20 @@ def not_unknown(key: str, state: JobState) -> JournalStateError:
     return JournalStateError(f"job {key!r} is {state.value}, not unknown: nothing to reconcile")
 
 
-def lease_lost(key: str, worker_id: str) -> LeaseLostError:
-    return LeaseLostError(f"job {key!r}: worker {worker_id} does not hold its lease")
+def new_token() -> str:
+    """A claim token: new for every claim, never reused."""
+    return uuid.uuid4().hex
+
+
+def lease_lost(key: str) -> LeaseLostError:
+    return LeaseLostError(
+        f"job {key!r}: this claim is stale (the lease lapsed and the job was claimed again, "
+        "or it was settled); the write was refused"
+    )
+
+
+def lease_lapsed(key: str) -> LeaseLostError:
+    return LeaseLostError(f"job {key!r}: the lease has lapsed; renew it before ordering")
 
 
 def wrong_state(
@@ -93,28 +106,33 @@ class JournalStore(ABC):
         await self.close()
 
     async def record(
-        self, worker_id: str, key: str, state: JobState, **fields: Unpack[JobFields]
+        self, token: str, key: str, state: JobState, **fields: Unpack[JobFields]
     ) -> JobRecord:
         if state is JobState.ORDERING or state in FINISHED_STATES:
             raise JournalStateError(f"{state.value}: use begin_order() or finish() for it")
         check_fields(fields)
-        return await self._update(worker_id, key, state, fields, keep_lease=True)
+        return await self._update(token, key, state, fields, keep_lease=True)
 
     async def begin_order(
-        self, worker_id: str, key: str, *, quote_id: int, estimate_id: int
+        self, token: str, key: str, *, quote_id: int, estimate_id: int
     ) -> JobRecord:
         fields: JobFields = {"quote_id": quote_id, "estimate_id": estimate_id}
         return await self._update(
-            worker_id, key, JobState.ORDERING, fields, keep_lease=True, require=JobState.QUOTED
+            token, key, JobState.ORDERING, fields, keep_lease=True, require=JobState.QUOTED
+        )
+
+    async def withdraw_order(self, token: str, key: str) -> JobRecord:
+        return await self._update(
+            token, key, JobState.QUOTED, {}, keep_lease=True, require=JobState.ORDERING
         )
 
     async def finish(
-        self, worker_id: str, key: str, state: JobState, **fields: Unpack[JobFields]
+        self, token: str, key: str, state: JobState, **fields: Unpack[JobFields]
     ) -> JobRecord:
         if state not in FINISHED_STATES:
             raise JournalStateError(f"{state.value} is not a terminal state")
         check_fields(fields)
-        return await self._update(worker_id, key, state, fields, keep_lease=False)
+        return await self._update(token, key, state, fields, keep_lease=False)
 
     async def needs_reconciliation(self) -> list[JobRecord]:
         return [record async for record in self.records(states=[JobState.UNKNOWN])]
@@ -130,7 +148,7 @@ class JournalStore(ABC):
     @abstractmethod
     async def _update(
         self,
-        worker_id: str,
+        token: str,
         key: str,
         state: JobState,
         fields: JobFields,
@@ -140,6 +158,9 @@ class JournalStore(ABC):
     ) -> JobRecord:
         """Move ``key`` to ``state`` with ``fields``, atomically with its checks.
 
-        Only while ``worker_id`` holds the lease (:func:`lease_lost`) and, if ``require``
-        is given, the job is in it (:func:`wrong_state`); the lease is kept or dropped.
+        Only while ``token`` is the job's claim token (:func:`lease_lost`); into
+        ``ORDERING`` only with the lease live as well (:func:`lease_lapsed`); if
+        ``require`` is given, only from that state (:func:`wrong_state`). The lease (and
+        token) is kept or dropped. The token is checked first: a stale task learns that
+        its claim is gone, never a misleading state error.
         """

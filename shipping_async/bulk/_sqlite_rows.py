@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import os
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,6 +18,7 @@ from shipping_async.bulk._journal_store import (
     JOB_ENCODER,
     JOB_FIELDS,
     NO_ERROR,
+    new_token,
     no_such_job,
     read_column,
 )
@@ -41,13 +42,14 @@ CREATE TABLE IF NOT EXISTS jobs (
     lease_owner TEXT,
     lease_until REAL,
     order_intent_at TEXT,
-    updated_at TEXT NOT NULL
+    updated_at TEXT NOT NULL,
+    claim_token TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, account);
 """
 COLUMNS = (
     "key, account, state, job, facts, attempts, lease_owner, lease_until, order_intent_at, "
-    "updated_at"
+    "updated_at, claim_token"
 )
 CHUNK = 500  # keys per IN (...) list, well under SQLite's parameter limit
 
@@ -78,9 +80,10 @@ def connect(path: str, now: datetime) -> sqlite3.Connection:
     try:
         db.executescript(_SCHEMA)  # commits; the exclusive lock stays held
         db.execute("BEGIN IMMEDIATE")
+        _migrate(db)
         # One process at a time: whatever a previous process leased is abandoned.
         expire_orders(db, now, everyone=True)
-        db.execute("UPDATE jobs SET lease_owner = NULL, lease_until = NULL")
+        db.execute("UPDATE jobs SET lease_owner = NULL, lease_until = NULL, claim_token = NULL")
         db.execute("COMMIT")
     except (sqlite3.DatabaseError, JournalError) as exc:  # a table of another shape
         db.close()
@@ -96,6 +99,13 @@ def _create_private(path: str) -> None:
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     except OSError as exc:
         raise JournalError(f"cannot create the journal {path}: {exc.strerror or exc}") from None
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """Bring a journal file written by an older version up to this schema, in place."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(jobs)")}
+    if "claim_token" not in columns:  # journals before claim-token fencing
+        db.execute("ALTER TABLE jobs ADD COLUMN claim_token TEXT")
 
 
 def commit_batch(db: sqlite3.Connection, batch: list[Write]) -> list[tuple[bool, Any]]:
@@ -118,18 +128,32 @@ def commit_batch(db: sqlite3.Connection, batch: list[Write]) -> list[tuple[bool,
     return outcomes
 
 
-def expire_orders(db: sqlite3.Connection, now: datetime, *, everyone: bool = False) -> None:
-    """ORDERING jobs whose worker is gone (lease over) cannot know their answer: UNKNOWN."""
+def expire_orders(
+    db: sqlite3.Connection,
+    now: datetime,
+    *,
+    everyone: bool = False,
+    exclude: Collection[str] = (),
+) -> None:
+    """ORDERING jobs whose worker is gone (lease over) cannot know their answer: UNKNOWN.
+
+    Jobs in ``exclude`` are the caller's own, still being worked on: not gone.
+    """
     sql = f"SELECT {COLUMNS} FROM jobs WHERE state = ?"
     params: list[Any] = [JobState.ORDERING.value]
     if not everyone:
         sql += " AND (lease_until IS NULL OR lease_until <= ?)"
         params.append(now.timestamp())
     for row in db.execute(sql, params).fetchall():
+        if row[0] in exclude:
+            continue
         fields: JobFields = {"error": DIED_MID_ORDER, "error_stage": "order", "retryable": False}
-        store_state(
-            db, to_record(row), JobState.UNKNOWN, fields, now.isoformat(), lease=(None, None)
-        )
+        store_state(db, to_record(row), JobState.UNKNOWN, fields, now.isoformat(), lease=NO_LEASE)
+
+
+#: A lease as stored: (owner, until as a timestamp, claim token).
+Lease = tuple[str | None, float | None, str | None]
+NO_LEASE: Lease = (None, None, None)
 
 
 def claim_row(
@@ -142,7 +166,7 @@ def claim_row(
         record.next_stage,
         fields,
         now.isoformat(),
-        lease=(worker_id, now.timestamp() + lease),
+        lease=(worker_id, now.timestamp() + lease, new_token()),
         claimed=True,
     )
 
@@ -154,7 +178,7 @@ def store_state(
     fields: JobFields,
     stamp: str,
     *,
-    lease: tuple[str | None, float | None],
+    lease: Lease,
     claimed: bool = False,
 ) -> JobRecord:
     """Write ``record`` in ``state`` with ``fields`` added (one attempt more if ``claimed``)."""
@@ -163,7 +187,7 @@ def store_state(
     intent = wall_stamp() if state is JobState.ORDERING else None
     cursor = db.execute(
         "UPDATE jobs SET state = ?, facts = ?, retryable = ?, lease_owner = ?, lease_until = ?, "
-        "order_intent_at = COALESCE(?, order_intent_at), updated_at = ?, "
+        "claim_token = ?, order_intent_at = COALESCE(?, order_intent_at), updated_at = ?, "
         "attempts = attempts + ? WHERE key = ? "
         f"RETURNING {COLUMNS}",
         [
@@ -202,7 +226,7 @@ def intent_ages(db: sqlite3.Connection, within: float, account: str | None) -> l
 
 
 def to_record(row: tuple[Any, ...]) -> JobRecord:
-    key, account, state, job, facts, attempts, owner, until, intent, updated = row
+    key, account, state, job, facts, attempts, owner, until, intent, updated, token = row
     return JobRecord(
         key=key,
         job=read_column(key, "job", JOB_DECODER.decode, job),
@@ -210,6 +234,7 @@ def to_record(row: tuple[Any, ...]) -> JobRecord:
         account=account,
         attempts=attempts,
         lease_owner=owner,
+        claim_token=token,
         lease_until=datetime.fromtimestamp(until, UTC) if until is not None else None,
         order_intent_at=datetime.fromisoformat(intent) if intent else None,
         updated_at=datetime.fromisoformat(updated),

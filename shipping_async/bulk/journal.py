@@ -12,23 +12,28 @@ retry continues after the last step that succeeded and never orders twice. ``UNK
 means POST /orders may have created an order that we have no id for: such a job is
 never sent again until :meth:`Journal.reconcile` says what happened to it.
 
-Workers own jobs through leases. :meth:`Journal.claim` hands out jobs for ``lease``
-seconds; a worker renews the lease while it works, and every write names the worker and
-fails with :class:`LeaseLostError` when the lease has passed to somebody else, so two
-workers never act on one job. A job found in ``ORDERING`` whose lease ran out had its
-worker die between writing the intent and reading the answer: ``claim`` moves it to
-``UNKNOWN`` instead of handing it out.
+Workers own jobs through leases, and every lease is fenced by a *claim token*.
+:meth:`Journal.claim` hands out jobs for ``lease`` seconds, each with a token that is new
+for that claim (:attr:`JobRecord.claim_token`). Every write names the token and fails with
+:class:`LeaseLostError` unless it is still the job's current one, so a task whose claim
+went stale - its lease lapsed and somebody, even the same worker, claimed the job again -
+can change nothing, and (the intent being a fenced write) sends nothing. A worker renews
+its leases while it works; a renewal also takes back a lapsed lease that nobody claimed
+since (the token still matches, so nobody else can have acted). A job found in
+``ORDERING`` whose lease ran out had its worker die between writing the intent and
+reading the answer: ``claim`` moves it to ``UNKNOWN`` (dropping the token) instead of
+handing it out.
 
 :class:`Journal` is the protocol; ``SQLiteJournal`` (one process, a file) implements it
 here, and a PostgreSQL store for many workers implements the same methods with
 ``SELECT ... FOR UPDATE SKIP LOCKED`` in ``claim`` and the ``QUOTED -> ORDERING`` move of
-``begin_order`` as one ``UPDATE ... WHERE state = 'quoted' AND lease_owner = $worker AND
+``begin_order`` as one ``UPDATE ... WHERE state = 'quoted' AND claim_token = $token AND
 lease_until > now()`` (the order step claimed and the intent recorded in one transaction).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from datetime import date, datetime, time
 from decimal import Decimal
 from enum import StrEnum
@@ -130,6 +135,7 @@ class JobRecord(msgspec.Struct, kw_only=True, frozen=True):
     retryable: bool = False
     attempts: int = 0  # how many times the job was claimed
     lease_owner: str | None = None
+    claim_token: str | None = None  # new for every claim; every write must name it
     lease_until: datetime | None = None
     # When begin_order last committed: real wall-clock time (UTC) on the store's clock
     # (the database's now(), the host's for a file), never a sandbox's scaled clock.
@@ -160,8 +166,9 @@ class Journal(Protocol):
     """Where job states live. Every method commits durably before it returns.
 
     Workers name themselves with a ``worker_id`` (unique per process and run) and work
-    only on jobs they have claimed. Times (``lease``) are seconds; the store measures
-    leases on its own clock (the database's ``now()`` for a shared store).
+    only on jobs they have claimed, writing under each claim's token. Times (``lease``)
+    are seconds; the store measures leases on its own clock (the database's ``now()``
+    for a shared store).
     """
 
     async def add(self, jobs: Sequence[ShipmentJob]) -> list[JobRecord]:
@@ -181,50 +188,67 @@ class Journal(Protocol):
         keys: Sequence[str] | None = None,
         account: str | None = None,
         retry_failed: bool = False,
+        exclude: Collection[str] = (),
     ) -> list[JobRecord]:
         """Lease up to ``limit`` workable jobs to ``worker_id`` for ``lease`` seconds.
 
         Workable: in :data:`WORKABLE_STATES` (and ``FAILED`` with ``retryable`` when
         ``retry_failed``), not leased to a live worker. ``keys`` restricts the claim to
         those jobs (a streaming worker claims what it just added); ``account`` to one
-        account's jobs. First, jobs in ``ORDERING`` whose lease expired move to
-        ``UNKNOWN``. Claimed ``FAILED`` jobs come back in their :attr:`~JobRecord.next_stage`
-        with the error cleared.
+        account's jobs; ``exclude`` leaves out jobs the caller is still working on (one
+        task per job in a process). First, jobs in ``ORDERING`` whose lease expired move
+        to ``UNKNOWN``. Every claimed record carries a new :attr:`~JobRecord.claim_token`.
+        Claimed ``FAILED`` jobs come back in their :attr:`~JobRecord.next_stage` with the
+        error cleared.
         """
         ...
 
-    async def renew(self, worker_id: str, keys: Sequence[str], *, lease: float) -> set[str]:
-        """Extend the leases of ``keys`` held by ``worker_id``; returns the keys still held."""
+    async def renew(self, claims: Mapping[str, str], *, lease: float) -> set[str]:
+        """Extend the leases of ``claims`` (key -> claim token); returns the keys still held.
+
+        A lease that lapsed is taken back when its token is still the job's (nobody
+        claimed the job since); a job claimed again by anyone is not.
+        """
         ...
 
     async def record(
-        self, worker_id: str, key: str, state: JobState, **fields: Unpack[JobFields]
+        self, token: str, key: str, state: JobState, **fields: Unpack[JobFields]
     ) -> JobRecord:
         """Commit a move to a non-terminal state with the facts it adds.
 
-        Raises :class:`LeaseLostError` unless ``worker_id`` holds the lease. ``ORDERING``
-        is reached through :meth:`begin_order` only; terminal states through :meth:`finish`.
+        Raises :class:`LeaseLostError` unless ``token`` is the job's current claim token.
+        ``ORDERING`` is reached through :meth:`begin_order` only; terminal states through
+        :meth:`finish`.
         """
         ...
 
     async def begin_order(
-        self, worker_id: str, key: str, *, quote_id: int, estimate_id: int
+        self, token: str, key: str, *, quote_id: int, estimate_id: int
     ) -> JobRecord:
         """Record the intent to POST /orders (``QUOTED -> ORDERING``); durable on return.
 
-        Only from ``QUOTED`` (:class:`JournalStateError` otherwise) and only by the lease
-        holder (:class:`LeaseLostError`). Call it, then send; never the other way round.
+        Only from ``QUOTED`` (:class:`JournalStateError` otherwise) and only under the
+        current claim with its lease live (:class:`LeaseLostError`). Write it when the
+        order's permit is granted, then send at once; never the other way round.
+        """
+        ...
+
+    async def withdraw_order(self, token: str, key: str) -> JobRecord:
+        """Take the intent back (``ORDERING -> QUOTED``): the answer proved no order exists.
+
+        For a 429, a refusal or a connection that never opened, before the job waits or
+        fails. Fenced like every write.
         """
         ...
 
     async def finish(
-        self, worker_id: str, key: str, state: JobState, **fields: Unpack[JobFields]
+        self, token: str, key: str, state: JobState, **fields: Unpack[JobFields]
     ) -> JobRecord:
         """Commit a terminal state (``DONE``, ``FAILED``, ``UNKNOWN``) and drop the lease."""
         ...
 
-    async def release(self, worker_id: str, keys: Sequence[str]) -> None:
-        """Give leases back untouched (a graceful stop): the jobs stay claimable."""
+    async def release(self, claims: Mapping[str, str]) -> None:
+        """Give leases (key -> claim token) back untouched: the jobs stay claimable."""
         ...
 
     async def reconcile(self, key: str, *, order_id: int | None) -> JobRecord:
@@ -232,7 +256,7 @@ class Journal(Protocol):
 
         ``order_id`` given: the order exists, the job continues at ``ORDERED``.
         ``None``: the caller made sure no order was created; the job goes back to
-        ``PENDING`` and will be quoted and ordered again.
+        ``PENDING`` and will be quoted and ordered again. Either way unleased.
         """
         ...
 

@@ -10,15 +10,26 @@ stage is the careful one:
    configured; else a quote younger than :data:`QUOTE_FRESHNESS` is trusted as it is,
    and an older one (or one quoted by an earlier run) is checked with ``GET /quotes/{id}``.
    Expired: quote again, back to 2.
-4. ``begin_order`` (the intent, durable), then ``POST /orders`` at once.
+4. ``orders.create``: when its permit is granted (the limiter not paused), the intent is
+   written (``begin_order``, durable, fenced by the claim token) and the request leaves
+   at once. A 429 or a connection that never opened withdraws the intent before the
+   client waits to re-send (see :data:`shipping_async._retry.order_intent`).
 5. 201: ``ORDERED``. A 400 whose estimate turns out expired: quote again. Any other
-   refusal: ``FAILED`` (nothing was created). No answer, or a 5xx (the server may have
-   created the order before failing): ``UNKNOWN``, never re-sent without reconciling.
+   refusal: ``FAILED`` (nothing was created; the intent is gone). No answer, or a 5xx
+   (the server may have created the order before failing): ``UNKNOWN``, never re-sent
+   without reconciling.
+
+Every write names the job's claim token: when the claim went stale the journal refuses
+it with :class:`~shipping_async.bulk.journal.LeaseLostError`, which :meth:`JobPipeline.ship`
+lets through for the runner to stop the task quietly. Before a waybill or a pickup is
+requested the lease is renewed (taken back if it lapsed and nobody claimed the job): a
+stale task requests nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from datetime import timedelta
 from decimal import Decimal
@@ -26,9 +37,17 @@ from typing import Protocol, Unpack
 
 import msgspec
 
+from shipping_async._retry import order_intent
 from shipping_async.bulk._gate import GateClosedError, OrderGate
 from shipping_async.bulk.choice import EstimateChooser
-from shipping_async.bulk.journal import JobFields, JobRecord, JobState, Journal
+from shipping_async.bulk.journal import (
+    JobFields,
+    JobRecord,
+    JobState,
+    Journal,
+    JournalStateError,
+    LeaseLostError,
+)
 from shipping_async.bulk.results import Stage
 from shipping_async.clock import Clock
 from shipping_async.errors import (
@@ -112,27 +131,32 @@ def is_retryable(error: BaseException) -> bool:
 
 
 class JobPipeline:
-    """Runs jobs through their stages; one instance serves every job of a run."""
+    """Runs jobs through their stages; one instance serves every job of a run.
+
+    Each :meth:`ship` works under the claim its record carries (its
+    :attr:`~shipping_async.bulk.journal.JobRecord.claim_token`); ``lease`` is the
+    lease length a renewal asks for before a waybill or a pickup is requested.
+    """
 
     def __init__(
         self,
         client: ShippingClient,
         journal: Journal,
         *,
-        worker_id: str,
         choose: EstimateChooser,
         gate: OrderGate,
         quote_ahead: int,
+        lease: float,
         estimate_validity: float | None = None,
         max_requotes: int = 3,
         observe: Callable[[JobRecord], None] | None = None,
     ) -> None:
         self._client = client
         self._journal = journal
-        self._worker = worker_id
         self._choose = choose
         self._gate = gate
         self._quote_places = asyncio.Semaphore(quote_ahead)
+        self._lease = lease
         self._validity = estimate_validity
         self._max_requotes = max_requotes
         self._clock = client.clock
@@ -142,19 +166,23 @@ class JobPipeline:
         """Take a claimed job from its current state to a finished one.
 
         Raises :class:`Stopped` when the run stops before the job's order was started,
-        and :class:`LeaseLostError` when another worker took the job over.
+        and :class:`LeaseLostError` when the job's claim went stale (another task, or a
+        later claim, owns it): the caller stops working on it.
         """
+        if record.claim_token is None:
+            raise ValueError(f"job {record.key!r} is not claimed: ship() needs a claimed record")
+        job = _Claim(self, record.key, record.claim_token)
         if record.state in (JobState.PENDING, JobState.QUOTED):
-            record = await self._order_stage(record)
+            record = await self._order_stage(job, record)
         if record.state is JobState.ORDERED:
-            record = await self._waybill_stage(record)
+            record = await self._waybill_stage(job, record)
         if record.state is JobState.WAYBILLED:
-            record = await self._pickup_stage(record)
+            record = await self._pickup_stage(job, record)
         return record
 
     # -- quote and order -------------------------------------------------------------------
 
-    async def _order_stage(self, record: JobRecord) -> JobRecord:
+    async def _order_stage(self, job: _Claim, record: JobRecord) -> JobRecord:
         await self._quote_places.acquire()
         holding = True
         try:
@@ -163,7 +191,7 @@ class JobPipeline:
             quoted_at: float | None = None  # monotonic; None: quoted by an earlier run
             for _ in range(self._max_requotes + 1):
                 if record.state is JobState.PENDING:
-                    record = await self._quote(record)
+                    record = await self._quote(job, record)
                     if record.state is not JobState.QUOTED:
                         return record
                     quoted_at = self._clock.monotonic()
@@ -178,23 +206,23 @@ class JobPipeline:
                     fresh = await self._still_valid(record, quoted_at)
                 except ShippingError as exc:
                     self._gate.sending()  # not sending after all: give the turn back
-                    return await self._fail(record, Stage.ORDER, exc)
+                    return await job.fail(Stage.ORDER, exc)
                 if not fresh:
                     self._gate.sending()
-                    record = await self._record(record.key, JobState.PENDING)
+                    record = await job.record(JobState.PENDING)
                     continue
-                outcome = await self._order(record)
+                outcome = await self._order(job, record)
                 if outcome is not None:
                     return outcome
-                record = await self._record(record.key, JobState.PENDING)
-            return await self._fail(
-                record, Stage.ORDER, f"the estimate expired {self._max_requotes + 1} times"
+                record = await job.record(JobState.PENDING)
+            return await job.fail(
+                Stage.ORDER, f"the estimate expired {self._max_requotes + 1} times"
             )
         finally:
             if holding:
                 self._quote_places.release()
 
-    async def _quote(self, record: JobRecord) -> JobRecord:
+    async def _quote(self, job: _Claim, record: JobRecord) -> JobRecord:
         request = record.job.quote
         try:
             try:
@@ -205,9 +233,8 @@ class JobPipeline:
                 quote = await self._client.quotes.create(request)
             estimate = self._choose(quote)
         except (ShippingError, ValueError) as exc:
-            return await self._fail(record, Stage.QUOTE, exc)
-        return await self._record(
-            record.key,
+            return await job.fail(Stage.QUOTE, exc)
+        return await job.record(
             JobState.QUOTED,
             quote_id=quote.id,
             estimate_id=estimate.estimate_id,
@@ -237,46 +264,44 @@ class JobPipeline:
         except KeyError:
             return True
 
-    async def _order(self, record: JobRecord) -> JobRecord | None:
+    async def _order(self, job: _Claim, record: JobRecord) -> JobRecord | None:
         """Send the order once; ``None`` when the estimate expired and must be re-quoted."""
         assert record.quote_id is not None
         assert record.estimate_id is not None
         request = record.job.order.to_request(record.estimate_id)
-        try:
-            record = await self._journal.begin_order(
-                self._worker, record.key, quote_id=record.quote_id, estimate_id=record.estimate_id
-            )
-            self._observe(record)
-        finally:
-            self._gate.sending()
+        intent = _Intent(job, self._gate, quote_id=record.quote_id, estimate_id=record.estimate_id)
+        context = order_intent.set(intent)
         try:
             order = await self._client.orders.create(request)
         except BadRequestError as exc:
+            await intent.withdraw()  # refused: nothing was created
             try:
                 expired = await self._expired(record)
             except ShippingError:
                 expired = False
             if expired:
                 return None
-            return await self._fail(record, Stage.ORDER, exc)
+            return await job.fail(Stage.ORDER, exc)
         except (OutcomeUnknownError, InternalServerError) as exc:
-            return await self._finish(
-                record.key,
+            return await job.finish(
                 JobState.UNKNOWN,
                 error=f"order outcome unknown, reconcile before retrying: {exc}",
                 error_stage=Stage.ORDER.value,
                 retryable=False,
             )
         except ShippingError as exc:  # refused or never sent: no order exists
-            return await self._fail(record, Stage.ORDER, exc)
+            return await job.fail(Stage.ORDER, exc)
         finally:
+            order_intent.reset(context)
+            intent.done()
             self._gate.poke()
-        return await self._record(record.key, JobState.ORDERED, order_id=order.id)
+        return await job.ordered(order.id)
 
     # -- waybill and pickup ----------------------------------------------------------------
 
-    async def _waybill_stage(self, record: JobRecord) -> JobRecord:
+    async def _waybill_stage(self, job: _Claim, record: JobRecord) -> JobRecord:
         assert record.order_id is not None
+        await job.hold()  # a stale task must not request the waybill
         try:
             order = await self._client.orders.create_waybill(record.order_id)
         except OutcomeUnknownError as exc:
@@ -294,18 +319,18 @@ class JobPipeline:
                     retryable=True,  # no waybill was made: asking again is safe
                 )
         except ShippingError as exc:
-            return await self._fail(record, Stage.WAYBILL, exc)
-        return await self._record(
-            record.key,
+            return await job.fail(Stage.WAYBILL, exc)
+        return await job.record(
             JobState.WAYBILLED,
             waybills=list(order.waybills),
             hub=record.hub or order.is_hub,
         )
 
-    async def _pickup_stage(self, record: JobRecord) -> JobRecord:
+    async def _pickup_stage(self, job: _Claim, record: JobRecord) -> JobRecord:
         # On a hub order the availabilities and the booking apply to the first leg.
         assert record.order_id is not None
         wish = record.job.pickup or PickupWish()
+        await job.hold()  # a stale task must not book a second pickup
         try:
             slots = await self._client.orders.pickup_availabilities(record.order_id)
             window = choose_pickup_window(slots, wish, now=self._clock.now())
@@ -319,7 +344,7 @@ class JobPipeline:
                 window = choose_pickup_window(slots, wish, now=self._clock.now())
                 booked = await self._client.orders.schedule_pickup(record.order_id, window.request)
         except ShippingError as exc:
-            return await self._fail(record, Stage.PICKUP, exc)
+            return await job.fail(Stage.PICKUP, exc)
         when: JobFields = {
             "pickup_date": window.request.scheduled_date,
             "pickup_from": window.request.time_from,
@@ -329,37 +354,123 @@ class JobPipeline:
             when["error"] = f"the carrier rejected the pickup: {booked.error_message}"
             when["error_stage"] = Stage.PICKUP.value
             when["retryable"] = True
-            return await self._finish(record.key, JobState.FAILED, **when)
+            return await job.finish(JobState.FAILED, **when)
         when["pickup_confirmation"] = (
             booked.confirmation_number or booked.freight_confirmation_number
         )
-        return await self._finish(record.key, JobState.DONE, **when)
+        return await job.finish(JobState.DONE, **when)
 
-    async def _record(
-        self, record_or_key: JobRecord | str, state: JobState, **fields: Unpack[JobFields]
-    ) -> JobRecord:
-        key = record_or_key if isinstance(record_or_key, str) else record_or_key.key
-        record = await self._journal.record(self._worker, key, state, **fields)
-        self._observe(record)
+
+class _Claim:
+    """One job under one claim: every write names its token."""
+
+    __slots__ = ("key", "pipeline", "token")
+
+    def __init__(self, pipeline: JobPipeline, key: str, token: str) -> None:
+        self.pipeline = pipeline
+        self.key = key
+        self.token = token
+
+    async def record(self, state: JobState, **fields: Unpack[JobFields]) -> JobRecord:
+        record = await self.pipeline._journal.record(self.token, self.key, state, **fields)
+        self.pipeline._observe(record)
         return record
 
-    async def _finish(
-        self, record_or_key: JobRecord | str, state: JobState, **fields: Unpack[JobFields]
-    ) -> JobRecord:
-        key = record_or_key if isinstance(record_or_key, str) else record_or_key.key
-        record = await self._journal.finish(self._worker, key, state, **fields)
-        self._observe(record)
+    async def finish(self, state: JobState, **fields: Unpack[JobFields]) -> JobRecord:
+        record = await self.pipeline._journal.finish(self.token, self.key, state, **fields)
+        self.pipeline._observe(record)
         return record
 
-    async def _fail(self, record: JobRecord, stage: Stage, error: BaseException | str) -> JobRecord:
+    async def fail(self, stage: Stage, error: BaseException | str) -> JobRecord:
         retryable = isinstance(error, BaseException) and is_retryable(error)
-        return await self._finish(
-            record.key,
+        return await self.finish(
             JobState.FAILED,
             error=str(error) if isinstance(error, str) else _describe(error),
             error_stage=stage.value,
             retryable=retryable,
         )
+
+    async def hold(self) -> None:
+        """Renew the lease before a request a stale task must not make (takes a lapsed
+        one back when nobody claimed the job since); :class:`LeaseLostError` otherwise."""
+        journal = self.pipeline._journal
+        held = await journal.renew({self.key: self.token}, lease=self.pipeline._lease)
+        if self.key not in held:
+            raise LeaseLostError(f"job {self.key!r}: the job was claimed again; left to that claim")
+
+    async def ordered(self, order_id: int) -> JobRecord:
+        """Record the created order; if a lease race took the job meanwhile, say so truly.
+
+        When the lease lapsed while the request was on the wire, a claim may have found
+        the job in ``ORDERING`` and made it ``UNKNOWN``: the order is known here, so it is
+        reconciled with its id (and continues from ``ORDERED`` under a later claim)
+        rather than left for a person to look up.
+        """
+        try:
+            return await self.record(JobState.ORDERED, order_id=order_id)
+        except LeaseLostError:
+            journal = self.pipeline._journal
+            current = await journal.get(self.key)
+            if current is not None and current.state is JobState.UNKNOWN:
+                try:
+                    settled = await journal.reconcile(self.key, order_id=order_id)
+                except JournalStateError:
+                    pass  # settled by someone else meanwhile
+                else:
+                    self.pipeline._observe(settled)
+            raise
+
+
+class _Intent:
+    """The order intent of one send: written on the permit grant, withdrawn on proof."""
+
+    __slots__ = ("_estimate_id", "_gate", "_job", "_quote_id", "_recorded", "_turn")
+
+    def __init__(self, job: _Claim, gate: OrderGate, *, quote_id: int, estimate_id: int) -> None:
+        self._job = job
+        self._gate = gate
+        self._quote_id = quote_id
+        self._estimate_id = estimate_id
+        self._recorded = False
+        self._turn = True  # the gate's turn, given back at the first grant (or at done)
+
+    async def granted(self) -> None:
+        self.done()
+        pipeline, job = self._job.pipeline, self._job
+        begin = functools.partial(
+            pipeline._journal.begin_order,
+            job.token,
+            job.key,
+            quote_id=self._quote_id,
+            estimate_id=self._estimate_id,
+        )
+        try:
+            record = await begin()
+        except LeaseLostError:
+            # The lease may only have lapsed (a slow journal): take it back if nobody
+            # claimed the job since, else this raises and nothing is sent.
+            await job.hold()
+            record = await begin()
+        self._recorded = True
+        pipeline._observe(record)
+
+    async def withdrawn(self) -> None:
+        await self.withdraw()
+
+    async def withdraw(self) -> None:
+        """Take the intent back, if it is recorded (a no-op otherwise)."""
+        if self._recorded:
+            record = await self._job.pipeline._journal.withdraw_order(
+                self._job.token, self._job.key
+            )
+            self._recorded = False
+            self._job.pipeline._observe(record)
+
+    def done(self) -> None:
+        """Give the gate's turn back (once): the job now holds a permit or never will."""
+        if self._turn:
+            self._turn = False
+            self._gate.sending()
 
 
 def _describe(error: BaseException) -> str:

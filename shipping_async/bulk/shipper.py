@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
@@ -83,6 +82,7 @@ class BulkShipper:
     in-memory one that cannot be resumed. Jobs the journal already holds continue from
     their state; finished ones are reported with ``resumed=True``; ``retry_failed``
     retries failed jobs marked retryable (an ordered one is never ordered again).
+    ``lease`` is in real seconds at any clock speed.
     """
 
     def __init__(
@@ -109,7 +109,8 @@ class BulkShipper:
         self._quote_ahead = quote_ahead or client.order_limiter.limit
         self._validity = estimate_validity
         self._retry_failed = retry_failed
-        self._lease = lease
+        # Real seconds, turned into the clock's: a lease guards against real failures.
+        self._lease = client.clock.from_real(lease)
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.progress = RunProgress()
         self._stop = asyncio.Event()
@@ -141,10 +142,10 @@ class BulkShipper:
         pipeline = JobPipeline(
             self._client,
             journal,
-            worker_id=self.worker_id,
             choose=self._choose,
             gate=OrderGate(self._client.order_limiter, clock, self._stop),
             quote_ahead=self._quote_ahead,
+            lease=self._lease,
             estimate_validity=self._validity,
             observe=lambda record: self.progress.observe(record, clock.monotonic()),
         )
@@ -184,7 +185,7 @@ class _Run:
         self.pipeline = pipeline
         self.results = results
         self.slots = asyncio.Semaphore(shipper._concurrency)
-        self.active: set[str] = set()
+        self.active: dict[str, str] = {}  # key -> claim token of the job's one task
         self.chunk = max(1, min(32, shipper._concurrency))
 
     async def feed(self, jobs: AsyncIterator[ShipmentJob | InvalidJob]) -> None:
@@ -239,13 +240,15 @@ class _Run:
             limit=len(wanted),
             keys=wanted,
             retry_failed=self.shipper._retry_failed,
+            exclude=list(self.active),
         )
         taken = {record.key for record in claimed}
         for key in wanted:
             if key not in taken:  # leased elsewhere, or found mid-order and now UNKNOWN
                 await self._report_unclaimed(key)
         for record in claimed:
-            self.active.add(record.key)
+            assert record.claim_token is not None
+            self.active[record.key] = record.claim_token
             self.shipper.progress.observe(record, self.shipper._client.clock.monotonic())
             workers.create_task(self._work(record))
 
@@ -266,36 +269,47 @@ class _Run:
 
     async def _work(self, record: JobRecord) -> None:
         key = record.key
+        assert record.claim_token is not None
         try:
             final = await self.pipeline.ship(record)
         except Stopped:
             self.shipper.progress.forget(key)
-            await self.journal.release(self.shipper.worker_id, [key])
+            await self.journal.release({key: record.claim_token})
             self.slots.release()
             return
-        except LeaseLostError:
-            _log.warning("job %s: lease lost to another worker; left to it", key)
+        except LeaseLostError as exc:
+            _log.info("job %s: claim went stale, stopped working on it (%s)", key, exc)
             self.shipper.progress.forget(key)
             self.slots.release()
             return
         except Exception as exc:  # a bug in one job must not stop the batch
             _log.exception("job %s failed unexpectedly", key)
-            final = await self._crashed(key, exc)
+            settled = await self._crashed(key, record.claim_token, exc)
+            if settled is None:
+                self.slots.release()
+                return
+            final = settled
         finally:
-            self.active.discard(key)
+            self.active.pop(key, None)
         await self._report(ShipmentResult.from_record(final))
 
-    async def _crashed(self, key: str, exc: Exception) -> JobRecord:
+    async def _crashed(self, key: str, token: str, exc: Exception) -> JobRecord | None:
         current = await self.journal.get(key)
-        assert current is not None
+        if current is None or current.claim_token != token:
+            self.shipper.progress.forget(key)
+            return None
         error = f"unexpected {type(exc).__name__}: {exc}"
         if current.state is JobState.ORDERING:  # the order may have been sent
             state, stage = JobState.UNKNOWN, Stage.ORDER
         else:
             state, stage = JobState.FAILED, _STAGE_AFTER.get(current.state, Stage.QUOTE)
-        final = await self.journal.finish(
-            self.shipper.worker_id, key, state, error=error, error_stage=stage.value
-        )
+        try:
+            final = await self.journal.finish(
+                token, key, state, error=error, error_stage=stage.value
+            )
+        except LeaseLostError:
+            self.shipper.progress.forget(key)
+            return None
         self.shipper.progress.observe(final, self.shipper._client.clock.monotonic())
         return final
 
@@ -303,16 +317,17 @@ class _Run:
         clock = self.shipper._client.clock
         while True:
             await clock.sleep(self.shipper._lease / 3)
-            keys = list(self.active)
-            if not keys:
+            claims = dict(self.active)
+            if not claims:
                 continue
-            with contextlib.suppress(Exception):
-                held = await self.journal.renew(
-                    self.shipper.worker_id, keys, lease=self.shipper._lease
-                )
-                for key in set(keys) - held:
-                    if key in self.active:
-                        _log.warning("job %s: lease could not be renewed", key)
+            try:
+                held = await self.journal.renew(claims, lease=self.shipper._lease)
+            except Exception as exc:  # the next beat tries again; the lease has slack
+                _log.warning("could not renew leases (%s)", exc)
+                continue
+            for key in claims.keys() - held:
+                if self.active.get(key) == claims[key]:
+                    _log.info("job %s: lease taken by a later claim; its task will stop", key)
 
 
 _STAGE_AFTER = {

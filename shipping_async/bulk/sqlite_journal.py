@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Self, TypeVar
@@ -30,6 +30,7 @@ from shipping_async.bulk._journal_store import (
     JOB_ENCODER,
     NO_ERROR,
     JournalStore,
+    lease_lapsed,
     lease_lost,
     not_unknown,
     read_column,
@@ -39,6 +40,8 @@ from shipping_async.bulk._journal_store import (
 from shipping_async.bulk._sqlite_rows import (
     CHUNK,
     COLUMNS,
+    NO_LEASE,
+    Lease,
     Write,
     claim_row,
     commit_batch,
@@ -66,6 +69,11 @@ from shipping_async.clock import Clock, SystemClock
 __all__ = ["SQLiteJournal"]
 
 T = TypeVar("T")
+
+
+def _held(db: sqlite3.Connection, pairs: Sequence[tuple[str, str]]) -> list[JobRecord]:
+    tokens = dict(pairs)
+    return [r for r in select_keys(db, list(tokens)) if r.claim_token == tokens[r.key]]
 
 
 class SQLiteJournal(JournalStore):
@@ -127,11 +135,13 @@ class SQLiteJournal(JournalStore):
         keys: Sequence[str] | None = None,
         account: str | None = None,
         retry_failed: bool = False,
+        exclude: Collection[str] = (),
     ) -> list[JobRecord]:
         now = self._clock.now()
+        left_out = set(exclude)
 
         def take(db: sqlite3.Connection) -> list[JobRecord]:
-            expire_orders(db, now)
+            expire_orders(db, now, exclude=left_out)
             states = [state.value for state in WORKABLE_STATES]
             where = f"(state IN ({placeholders(states)})"
             params: list[Any] = [*states]
@@ -155,37 +165,38 @@ class SQLiteJournal(JournalStore):
                     args.extend(chunk)
                 rows = db.execute(
                     f"SELECT {COLUMNS} FROM jobs WHERE {sql} ORDER BY seq LIMIT ?",
-                    [*args, room],
+                    [*args, room + len(left_out)],
                 ).fetchall()
-                claimed.extend(claim_row(db, to_record(row), worker_id, now, lease) for row in rows)
+                found = [to_record(row) for row in rows]
+                found = [record for record in found if record.key not in left_out][:room]
+                claimed.extend(claim_row(db, record, worker_id, now, lease) for record in found)
             return claimed
 
         return await self._write(take)
 
-    async def renew(self, worker_id: str, keys: Sequence[str], *, lease: float) -> set[str]:
+    async def renew(self, claims: Mapping[str, str], *, lease: float) -> set[str]:
         now = self._clock.now()
+        pairs = list(claims.items())
 
         def extend(db: sqlite3.Connection) -> set[str]:
-            held: set[str] = set()
-            for chunk in key_chunks(keys):
-                cursor = db.execute(
-                    f"UPDATE jobs SET lease_until = ? WHERE lease_owner = ? AND lease_until > ? "
-                    f"AND key IN ({placeholders(chunk)}) RETURNING key",
-                    [now.timestamp() + lease, worker_id, now.timestamp(), *chunk],
-                )
-                held.update(row[0] for row in cursor.fetchall())
-            return held
+            # The token alone decides: a lapsed lease nobody claimed since is taken back.
+            db.executemany(
+                "UPDATE jobs SET lease_until = ? WHERE key = ? AND claim_token = ?",
+                [(now.timestamp() + lease, key, token) for key, token in pairs],
+            )
+            return {record.key for record in _held(db, pairs)}
 
         return await self._write(extend)
 
-    async def release(self, worker_id: str, keys: Sequence[str]) -> None:
+    async def release(self, claims: Mapping[str, str]) -> None:
+        pairs = list(claims.items())
+
         def drop(db: sqlite3.Connection) -> None:
-            for chunk in key_chunks(keys):
-                db.execute(
-                    "UPDATE jobs SET lease_owner = NULL, lease_until = NULL "
-                    f"WHERE lease_owner = ? AND key IN ({placeholders(chunk)})",
-                    [worker_id, *chunk],
-                )
+            db.executemany(
+                "UPDATE jobs SET lease_owner = NULL, lease_until = NULL, claim_token = NULL "
+                "WHERE key = ? AND claim_token = ?",
+                pairs,
+            )
 
         await self._write(drop)
 
@@ -198,7 +209,7 @@ class SQLiteJournal(JournalStore):
                 raise not_unknown(key, record.state)
             fields: JobFields = {**NO_ERROR, "order_id": order_id}
             state = reconciled_state(order_id)
-            return store_state(db, record, state, fields, now, lease=(None, None))
+            return store_state(db, record, state, fields, now, lease=NO_LEASE)
 
         return await self._write(settle)
 
@@ -252,7 +263,7 @@ class SQLiteJournal(JournalStore):
 
     async def _update(
         self,
-        worker_id: str,
+        token: str,
         key: str,
         state: JobState,
         fields: JobFields,
@@ -264,12 +275,17 @@ class SQLiteJournal(JournalStore):
 
         def change(db: sqlite3.Connection) -> JobRecord:
             record = select_one(db, key)
+            if record.claim_token is None or record.claim_token != token:
+                raise lease_lost(key)
             expiry = record.lease_until
-            if record.lease_owner != worker_id or expiry is None or expiry <= now:
-                raise lease_lost(key, worker_id)
+            if state is JobState.ORDERING and (expiry is None or expiry <= now):
+                raise lease_lapsed(key)
             if require is not None and record.state is not require:
                 raise wrong_state(key, record.state, state, require)
-            lease = (worker_id, expiry.timestamp()) if keep_lease else (None, None)
+            lease: Lease = NO_LEASE
+            if keep_lease:
+                until = expiry.timestamp() if expiry is not None else None
+                lease = (record.lease_owner, until, token)
             return store_state(db, record, state, fields, now.isoformat(), lease=lease)
 
         return await self._write(change)

@@ -47,8 +47,9 @@ def add_scaleout_options(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=60.0,
         metavar="SECONDS",
-        help="a claimed job stays this worker's that long without renewal (60; scaled "
-        "with --sandbox-speed): others take over a dead worker's jobs after it",
+        help="a claimed job stays this worker's that long without renewal (60; real "
+        "seconds, never scaled by --sandbox-speed): others take over a dead worker's jobs "
+        "after it",
     )
     parser.add_argument(
         "--timeout",

@@ -58,6 +58,11 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "CREATE INDEX jobs_by_owner ON {s}.jobs (lease_owner) WHERE lease_owner IS NOT NULL",
         ),
     ),
+    (
+        2,
+        # Claim-token fencing: every claim gets a new token, every write must name it.
+        ("ALTER TABLE {s}.jobs ADD COLUMN claim_token text",),
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1][0]

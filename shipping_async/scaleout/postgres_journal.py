@@ -7,9 +7,11 @@ rules). What sharing adds:
   workers never wait for each other and never get the same job. A job stays leased until
   ``lease_until``; a worker that dies stops renewing, and after its lease any worker takes
   the job over from the state it reached.
-- ``begin_order`` is one ``UPDATE ... WHERE state = 'quoted' AND lease_owner = $worker AND
-  lease_until > now()``: the order step is claimed and the intent recorded in the same
-  transaction, so of two workers that both think they own a job, at most one may send.
+- Every claim sets a new ``claim_token`` (``gen_random_uuid()``) and every write is one
+  ``UPDATE ... WHERE key = $key AND claim_token = $token``: a task whose claim went stale
+  (even one of the same worker) changes nothing. ``begin_order`` adds ``state =
+  'quoted' AND lease_until > now()``: the order step is claimed and the intent recorded in
+  the same statement, so of two tasks that both think they own a job, at most one sends.
 - A job found in ``ordering`` whose lease ran out had its worker die with POST /orders
   possibly on the wire: ``claim`` turns it into ``unknown`` (listed by
   :meth:`~PostgresJournal.needs_reconciliation`), never re-sends it.
@@ -21,7 +23,7 @@ and last ``1 / speed`` as long in real time, like every other duration of the ru
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from typing import Any, Self
 
 import asyncpg
@@ -32,6 +34,7 @@ from shipping_async.bulk._journal_store import (
     JOB_ENCODER,
     JOB_FIELDS,
     JournalStore,
+    lease_lapsed,
     lease_lost,
     no_such_job,
     not_unknown,
@@ -47,7 +50,6 @@ from shipping_async.bulk.journal import (
     JobRecord,
     JobState,
     JournalError,
-    LeaseLostError,
 )
 from shipping_async.clock import Clock
 from shipping_async.scaleout._pg_schema import LATEST_VERSION, migrate, quote_ident
@@ -59,7 +61,8 @@ DEFAULT_SCHEMA = "shipping_async"
 _COLUMNS = (
     "key, account, state, job, quote_id, estimate_id, carrier, service, cost, currency, hub, "
     "order_id, waybills, pickup_confirmation, pickup_date, pickup_from, pickup_to, error, "
-    "error_stage, retryable, attempts, lease_owner, lease_until, order_intent_at, updated_at"
+    "error_stage, retryable, attempts, lease_owner, lease_until, order_intent_at, updated_at, "
+    "claim_token"
 )
 _J_COLUMNS = ", ".join(f"j.{column.strip()}" for column in _COLUMNS.split(","))  # claim's alias
 _PAGE = 500
@@ -157,9 +160,10 @@ class PostgresJournal(JournalStore):
         keys: Sequence[str] | None = None,
         account: str | None = None,
         retry_failed: bool = False,
+        exclude: Collection[str] = (),
     ) -> list[JobRecord]:
         async with self._pool.acquire() as connection, connection.transaction():
-            await self._expire_orders(connection)
+            await self._expire_orders(connection, exclude)
             rows = await connection.fetch(
                 f"""
                 WITH picked AS (
@@ -168,6 +172,7 @@ class PostgresJournal(JournalStore):
                       AND (lease_owner IS NULL OR lease_until <= now())
                       AND ($3::text IS NULL OR account = $3)
                       AND ($4::text[] IS NULL OR key = ANY($4))
+                      AND NOT key = ANY($8::text[])
                     ORDER BY seq LIMIT $5
                     FOR UPDATE SKIP LOCKED
                 )
@@ -175,6 +180,7 @@ class PostgresJournal(JournalStore):
                     attempts = j.attempts + 1,
                     lease_owner = $6,
                     lease_until = now() + make_interval(secs => $7),
+                    claim_token = gen_random_uuid()::text,
                     updated_at = now(),
                     -- a failed job goes on after the last step that succeeded:
                     -- JobRecord.next_stage, here to keep the claim one statement
@@ -196,25 +202,29 @@ class PostgresJournal(JournalStore):
                 limit,
                 worker_id,
                 lease / self._speed,
+                list(exclude),
             )
         return [_record(row) for row in sorted(rows, key=lambda row: row["seq"])]
 
-    async def renew(self, worker_id: str, keys: Sequence[str], *, lease: float) -> set[str]:
+    async def renew(self, claims: Mapping[str, str], *, lease: float) -> set[str]:
+        # The token alone decides: a lapsed lease nobody claimed since is taken back.
         rows = await self._pool.fetch(
-            f"UPDATE {self._jobs} SET lease_until = now() + make_interval(secs => $3) "
-            "WHERE lease_owner = $1 AND lease_until > now() AND key = ANY($2) RETURNING key",
-            worker_id,
-            list(keys),
+            f"UPDATE {self._jobs} AS j SET lease_until = now() + make_interval(secs => $3) "
+            "FROM unnest($1::text[], $2::text[]) AS c(key, token) "
+            "WHERE j.key = c.key AND j.claim_token = c.token RETURNING j.key",
+            list(claims),
+            list(claims.values()),
             lease / self._speed,
         )
         return {row["key"] for row in rows}
 
-    async def release(self, worker_id: str, keys: Sequence[str]) -> None:
+    async def release(self, claims: Mapping[str, str]) -> None:
         await self._pool.execute(
-            f"UPDATE {self._jobs} SET lease_owner = NULL, lease_until = NULL "
-            "WHERE lease_owner = $1 AND key = ANY($2)",
-            worker_id,
-            list(keys),
+            f"UPDATE {self._jobs} AS j SET lease_owner = NULL, lease_until = NULL, "
+            "claim_token = NULL FROM unnest($1::text[], $2::text[]) AS c(key, token) "
+            "WHERE j.key = c.key AND j.claim_token = c.token",
+            list(claims),
+            list(claims.values()),
         )
 
     async def reconcile(self, key: str, *, order_id: int | None) -> JobRecord:
@@ -222,7 +232,8 @@ class PostgresJournal(JournalStore):
         row = await self._pool.fetchrow(
             f"UPDATE {self._jobs} SET state = $2, order_id = $3, error = NULL, "
             "error_stage = NULL, retryable = false, lease_owner = NULL, lease_until = NULL, "
-            f"updated_at = now() WHERE key = $1 AND state = 'unknown' RETURNING {_COLUMNS}",
+            "claim_token = NULL, updated_at = now() "
+            f"WHERE key = $1 AND state = 'unknown' RETURNING {_COLUMNS}",
             key,
             state.value,
             order_id,
@@ -306,24 +317,30 @@ class PostgresJournal(JournalStore):
 
     # -- internals -----------------------------------------------------------------------
 
-    async def _expire_orders(self, connection: Any) -> None:
-        """Jobs left in ``ordering`` by a worker whose lease ran out become ``unknown``."""
+    async def _expire_orders(self, connection: Any, exclude: Collection[str] = ()) -> None:
+        """Jobs left in ``ordering`` by a worker whose lease ran out become ``unknown``.
+
+        Not those in ``exclude``: the claiming process is still working on them.
+        """
         await connection.execute(
             f"""
             UPDATE {self._jobs} SET state = 'unknown', error = $1, error_stage = 'order',
-                retryable = false, lease_owner = NULL, lease_until = NULL, updated_at = now()
+                retryable = false, lease_owner = NULL, lease_until = NULL, claim_token = NULL,
+                updated_at = now()
             WHERE key IN (
                 SELECT key FROM {self._jobs}
                 WHERE state = 'ordering' AND (lease_until IS NULL OR lease_until <= now())
+                  AND NOT key = ANY($2::text[])
                 FOR UPDATE SKIP LOCKED
             )
             """,
             DIED_MID_ORDER,
+            list(exclude),
         )
 
     async def _update(
         self,
-        worker_id: str,
+        token: str,
         key: str,
         state: JobState,
         fields: JobFields,
@@ -334,18 +351,21 @@ class PostgresJournal(JournalStore):
         items = sorted(fields.items())
         sets = [f"{name} = ${index}" for index, (name, _) in enumerate(items, start=5)]
         if not keep_lease:
-            sets.append("lease_owner = NULL, lease_until = NULL")
+            sets.append("lease_owner = NULL, lease_until = NULL, claim_token = NULL")
+        live = ""
         if state is JobState.ORDERING:
             sets.append("order_intent_at = now()")
-        # One statement: the lease check, the state check and the write are atomic.
+            live = " AND lease_until > now()"
+        # One statement: the token check, the state check and the write are atomic.
         row = await self._pool.fetchrow(
             f"UPDATE {self._jobs} SET state = $3, updated_at = now()"
             + "".join(f", {item}" for item in sets)
-            + " WHERE key = $1 AND lease_owner = $2 AND lease_until > now()"
+            + " WHERE key = $1 AND claim_token = $2"
+            + live
             + " AND ($4::text IS NULL OR state = $4)"
             + f" RETURNING {_COLUMNS}",
             key,
-            worker_id,
+            token,
             state.value,
             None if require is None else require.value,
             *(value for _, value in items),
@@ -355,11 +375,11 @@ class PostgresJournal(JournalStore):
         current = await self.get(key)
         if current is None:
             raise no_such_job(key)
-        if current.lease_owner != worker_id or current.state is JobState.UNKNOWN:
-            raise lease_lost(key, worker_id)
+        if current.claim_token != token:
+            raise lease_lost(key)
         if require is not None and current.state is not require:
             raise wrong_state(key, current.state, state, require)
-        raise LeaseLostError(f"job {key!r}: the lease of worker {worker_id} has run out")
+        raise lease_lapsed(key)
 
 
 def _json(job: ShipmentJob) -> str:
@@ -377,6 +397,7 @@ def _record(row: Any) -> JobRecord:
         account=row["account"],
         attempts=row["attempts"],
         lease_owner=row["lease_owner"],
+        claim_token=row["claim_token"],
         lease_until=row["lease_until"],
         order_intent_at=row["order_intent_at"],
         updated_at=row["updated_at"],

@@ -61,10 +61,11 @@ class Worker:
         async for result in worker.run():
             print(result.key, result.status)
 
-    ``lease`` (seconds of ``clock``, the clients' clock) is how long a claimed job stays
-    this worker's without renewal: after a crash, others take its jobs over that much
-    later. Leases are renewed every third of it; the journal is polled for jobs every
-    tenth. ``concurrency`` bounds the jobs in flight per account.
+    ``lease`` (real seconds, whatever the speed of ``clock``: it guards against real
+    failures, not protocol time) is how long a claimed job stays this worker's without
+    renewal: after a crash, others take its jobs over that much later. Leases are renewed
+    every third of it; the journal is polled for jobs every tenth. ``concurrency`` bounds
+    the jobs in flight per account.
     """
 
     def __init__(
@@ -87,13 +88,14 @@ class Worker:
         self.journal = journal
         self.client_for = client_for
         self.concurrency = concurrency
-        self.lease = lease
-        self.poll = lease / 10
+        self.clock: Clock = clock or SystemClock()
+        # Journals and sleeps take the lease in seconds of the clock.
+        self.lease = self.clock.from_real(lease)
+        self.poll = self.lease / 10
         self.choose = choose or cheapest()
         self.estimate_validity = estimate_validity
         self.retry_failed = retry_failed
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.clock: Clock = clock or SystemClock()
         self.progress = RunProgress()
         self.stop_event = asyncio.Event()
         self.remembered: set[str] = set()  # accounts whose limiter holds the recent orders
@@ -169,7 +171,7 @@ class _Lane:
         self.results = results
         self.places = asyncio.Semaphore(worker.concurrency)
         self.freed = asyncio.Event()
-        self.active: set[str] = set()
+        self.active: dict[str, str] = {}  # key -> claim token of the job's one task
         limiter = self.client.order_limiter
         gate = OrderGate(limiter, self.clock, worker.stop_event)
         attach_gate = getattr(limiter, "attach_gate", None)
@@ -178,10 +180,10 @@ class _Lane:
         self.pipeline = JobPipeline(
             self.client,
             worker.journal,
-            worker_id=worker.worker_id,
             choose=worker.choose,
             gate=gate,
             quote_ahead=self.client.order_limiter.limit,
+            lease=worker.lease,
             estimate_validity=worker.estimate_validity,
             observe=lambda record: worker.progress.observe(record, self.clock.monotonic()),
         )
@@ -205,11 +207,13 @@ class _Lane:
                         limit=free,
                         account=self.account,
                         retry_failed=worker.retry_failed,
+                        exclude=list(self.active),  # one task per job in this process
                     )
                     for _ in range(free - len(claimed)):
                         self.places.release()
                     for record in claimed:
-                        self.active.add(record.key)
+                        assert record.claim_token is not None
+                        self.active[record.key] = record.claim_token
                         worker.progress.observe(record, self.clock.monotonic())
                         jobs.create_task(self._work(record))
                     if len(claimed) == free:
@@ -236,39 +240,51 @@ class _Lane:
 
     async def _work(self, record: JobRecord) -> None:
         key, worker = record.key, self.worker
+        assert record.claim_token is not None
+        claim = {key: record.claim_token}
         try:
             final = await self.pipeline.ship(record)
         except Stopped:
             worker.progress.forget(key)
-            await self.journal.release(worker.worker_id, [key])
+            await self.journal.release(claim)
             return
-        except LeaseLostError:
-            _log.warning("job %s: lease lost to another worker; left to it", key)
+        except LeaseLostError as exc:
+            _log.info("job %s: claim went stale, stopped working on it (%s)", key, exc)
             worker.progress.forget(key)
             return
         except Exception as exc:  # a bug in one job must not stop the others
             _log.exception("job %s failed unexpectedly", key)
-            final = await self._crashed(key, exc)
+            settled = await self._crashed(key, record.claim_token, exc)
+            if settled is None:
+                return
+            final = settled
         finally:
-            self.active.discard(key)
+            self.active.pop(key, None)
             self.places.release()
             self.freed.set()
         await self.results.put(ShipmentResult.from_record(final))
 
-    async def _crashed(self, key: str, exc: Exception) -> JobRecord:
+    async def _crashed(self, key: str, token: str, exc: Exception) -> JobRecord | None:
         current = await self.journal.get(key)
-        assert current is not None
+        if current is None or current.claim_token != token:
+            _log.info("job %s: claim went stale; its state is left to the new claim", key)
+            self.worker.progress.forget(key)
+            return None
         if current.state is JobState.ORDERING:  # the order may have been sent
             state, stage = JobState.UNKNOWN, Stage.ORDER
         else:
             state, stage = JobState.FAILED, _STAGE_OF_STATE.get(current.state, Stage.QUOTE)
-        final = await self.journal.finish(
-            self.worker.worker_id,
-            key,
-            state,
-            error=f"unexpected {type(exc).__name__}: {exc}",
-            error_stage=stage.value,
-        )
+        try:
+            final = await self.journal.finish(
+                token,
+                key,
+                state,
+                error=f"unexpected {type(exc).__name__}: {exc}",
+                error_stage=stage.value,
+            )
+        except LeaseLostError:
+            self.worker.progress.forget(key)
+            return None
         self.worker.progress.observe(final, self.clock.monotonic())
         return final
 
@@ -276,17 +292,17 @@ class _Lane:
         worker = self.worker
         while True:
             await self.clock.sleep(worker.lease / 3)
-            keys = list(self.active)
-            if not keys:
+            claims = dict(self.active)
+            if not claims:
                 continue
             try:
-                held = await self.journal.renew(worker.worker_id, keys, lease=worker.lease)
+                held = await self.journal.renew(claims, lease=worker.lease)
             except Exception as exc:  # the next beat tries again; the lease has slack
                 _log.warning("account %r: could not renew leases (%s)", self.account, exc)
                 continue
-            for key in set(keys) - held:
-                if key in self.active:
-                    _log.warning("job %s: lease could not be renewed", key)
+            for key in claims.keys() - held:
+                if self.active.get(key) == claims[key]:
+                    _log.info("job %s: lease taken by a later claim; its task will stop", key)
 
 
 async def _first(*awaitables: Awaitable[object]) -> None:

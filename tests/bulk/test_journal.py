@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import pytest
 
 from shipping_async.bulk.journal import (
@@ -16,9 +19,16 @@ from shipping_async.bulk.journal import (
     LeaseLostError,
 )
 from shipping_async.bulk.sqlite_journal import SQLiteJournal
+from shipping_async.clock import ManualClock
 from tests.bulk.support import make_job, make_jobs
 
 W = "worker-1"
+
+
+async def claim(journal: SQLiteJournal, worker: str = W, **options: Any) -> dict[str, str]:
+    """Claim (60 s leases, up to 10 jobs unless told); each claimed key's claim token."""
+    options = {"lease": 60, "limit": 10, **options}
+    return {r.key: r.claim_token for r in await journal.claim(worker, **options) if r.claim_token}
 
 
 @pytest.fixture
@@ -34,8 +44,8 @@ async def test_sqlite_journal_implements_the_protocol(path: Path) -> None:
 async def test_add_is_idempotent_by_key_and_returns_the_stored_state(path: Path) -> None:
     async with await SQLiteJournal.open(path) as journal:
         await journal.add(make_jobs(3))
-        await journal.claim(W, lease=60, limit=1)
-        await journal.record(W, "PO-0000", JobState.QUOTED, quote_id=7, estimate_id=8)
+        t = await claim(journal, limit=1)
+        await journal.record(t["PO-0000"], "PO-0000", JobState.QUOTED, quote_id=7, estimate_id=8)
         again = await journal.add(make_jobs(4))
         assert [record.state for record in again] == [
             JobState.QUOTED,
@@ -51,9 +61,9 @@ async def test_order_intent_is_durable_and_a_crash_after_it_leaves_the_job_unkno
 ) -> None:
     journal = await SQLiteJournal.open(path)
     await journal.add([make_job("A")])
-    await journal.claim(W, lease=60, limit=1)
-    await journal.record(W, "A", JobState.QUOTED, quote_id=1, estimate_id=2)
-    intent = await journal.begin_order(W, "A", quote_id=1, estimate_id=2)
+    t = (await claim(journal))["A"]
+    await journal.record(t, "A", JobState.QUOTED, quote_id=1, estimate_id=2)
+    intent = await journal.begin_order(t, "A", quote_id=1, estimate_id=2)
     assert intent.state is JobState.ORDERING
     assert intent.order_intent_at is not None
     await journal.close()  # the process "dies" here: no answer was recorded
@@ -90,21 +100,40 @@ async def test_order_intents_of_the_last_window_are_listed_with_their_age(path: 
 async def test_begin_order_twice_is_refused(path: Path) -> None:
     async with await SQLiteJournal.open(path) as journal:
         await journal.add([make_job("A")])
-        await journal.claim(W, lease=60, limit=1)
-        await journal.record(W, "A", JobState.QUOTED, quote_id=1, estimate_id=2)
-        await journal.begin_order(W, "A", quote_id=1, estimate_id=2)
+        t = (await claim(journal))["A"]
+        await journal.record(t, "A", JobState.QUOTED, quote_id=1, estimate_id=2)
+        await journal.begin_order(t, "A", quote_id=1, estimate_id=2)
         with pytest.raises(JournalStateError):
-            await journal.begin_order(W, "A", quote_id=1, estimate_id=2)
+            await journal.begin_order(t, "A", quote_id=1, estimate_id=2)
+
+
+async def test_a_withdrawn_intent_leaves_the_job_quoted_and_a_restart_resumes_it(
+    path: Path,
+) -> None:
+    journal = await SQLiteJournal.open(path)
+    await journal.add([make_job("A")])
+    t = (await claim(journal))["A"]
+    await journal.record(t, "A", JobState.QUOTED, quote_id=1, estimate_id=2)
+    await journal.begin_order(t, "A", quote_id=1, estimate_id=2)
+    withdrawn = await journal.withdraw_order(t, "A")
+    assert withdrawn.state is JobState.QUOTED
+    with pytest.raises(JournalStateError):
+        await journal.withdraw_order(t, "A")
+    await journal.close()  # the process dies while the job waits for its next permit
+    async with await SQLiteJournal.open(path) as reopened:
+        assert await reopened.needs_reconciliation() == []
+        [again] = await reopened.claim("w2", lease=60, limit=1)
+        assert (again.state, again.quote_id) == (JobState.QUOTED, 1)
 
 
 async def test_resume_skips_finished_jobs_and_continues_ordered_ones(path: Path) -> None:
     journal = await SQLiteJournal.open(path)
     await journal.add(make_jobs(3))
-    await journal.claim(W, lease=60, limit=3)
-    await journal.finish(W, "PO-0000", JobState.DONE, pickup_confirmation="PU1")
-    await journal.record(W, "PO-0001", JobState.QUOTED, quote_id=1, estimate_id=2)
-    await journal.begin_order(W, "PO-0001", quote_id=1, estimate_id=2)
-    await journal.record(W, "PO-0001", JobState.ORDERED, order_id=99)
+    t = await claim(journal, limit=3)
+    await journal.finish(t["PO-0000"], "PO-0000", JobState.DONE, pickup_confirmation="PU1")
+    await journal.record(t["PO-0001"], "PO-0001", JobState.QUOTED, quote_id=1, estimate_id=2)
+    await journal.begin_order(t["PO-0001"], "PO-0001", quote_id=1, estimate_id=2)
+    await journal.record(t["PO-0001"], "PO-0001", JobState.ORDERED, order_id=99)
     await journal.close()
 
     async with await SQLiteJournal.open(path) as journal:
@@ -118,14 +147,14 @@ async def test_resume_skips_finished_jobs_and_continues_ordered_ones(path: Path)
 async def test_retrying_a_failed_job_continues_after_its_last_success(path: Path) -> None:
     async with await SQLiteJournal.open(path) as journal:
         await journal.add([make_job("A"), make_job("B")])
-        await journal.claim(W, lease=60, limit=2)
-        await journal.record(W, "A", JobState.QUOTED, quote_id=1, estimate_id=2)
-        await journal.begin_order(W, "A", quote_id=1, estimate_id=2)
-        await journal.record(W, "A", JobState.ORDERED, order_id=5)
+        t = await claim(journal, limit=2)
+        await journal.record(t["A"], "A", JobState.QUOTED, quote_id=1, estimate_id=2)
+        await journal.begin_order(t["A"], "A", quote_id=1, estimate_id=2)
+        await journal.record(t["A"], "A", JobState.ORDERED, order_id=5)
         await journal.finish(
-            W, "A", JobState.FAILED, error="503", error_stage="waybill", retryable=True
+            t["A"], "A", JobState.FAILED, error="503", error_stage="waybill", retryable=True
         )
-        await journal.finish(W, "B", JobState.FAILED, error="400", error_stage="quote")
+        await journal.finish(t["B"], "B", JobState.FAILED, error="400", error_stage="quote")
         assert await journal.claim("w2", lease=60, limit=9) == []
         retried = await journal.claim("w2", lease=60, limit=9, retry_failed=True)
         assert [(r.key, r.state, r.order_id, r.error) for r in retried] == [
@@ -137,7 +166,8 @@ async def test_each_claim_counts_one_attempt_and_a_release_keeps_the_count(path:
     async with await SQLiteJournal.open(path) as journal:
         await journal.add([make_job("A")])
         [first] = await journal.claim(W, lease=60, limit=1)
-        await journal.release(W, ["A"])
+        assert first.claim_token is not None
+        await journal.release({"A": first.claim_token})
         [second] = await journal.claim("w2", lease=60, limit=1)
         stored = await journal.get("A")
         assert (first.attempts, second.attempts) == (1, 2)
@@ -148,10 +178,10 @@ async def test_each_claim_counts_one_attempt_and_a_release_keeps_the_count(path:
 async def test_reconcile_settles_an_unknown_job_either_way(path: Path) -> None:
     journal = await SQLiteJournal.open(path)
     await journal.add([make_job("A"), make_job("B")])
-    await journal.claim(W, lease=60, limit=2)
+    t = await claim(journal, limit=2)
     for key in ("A", "B"):
-        await journal.record(W, key, JobState.QUOTED, quote_id=1, estimate_id=2)
-        await journal.begin_order(W, key, quote_id=1, estimate_id=2)
+        await journal.record(t[key], key, JobState.QUOTED, quote_id=1, estimate_id=2)
+        await journal.begin_order(t[key], key, quote_id=1, estimate_id=2)
     await journal.close()
     async with await SQLiteJournal.open(path) as journal:
         found = await journal.reconcile("A", order_id=42)
@@ -166,20 +196,84 @@ async def test_reconcile_settles_an_unknown_job_either_way(path: Path) -> None:
 async def test_a_worker_without_the_lease_cannot_write(path: Path) -> None:
     async with await SQLiteJournal.open(path) as journal:
         await journal.add([make_job("A")])
-        await journal.claim(W, lease=60, limit=1)
+        t = await claim(journal, limit=1)
         with pytest.raises(LeaseLostError):
-            await journal.record("intruder", "A", JobState.QUOTED, quote_id=1)
+            await journal.record("not-the-token", "A", JobState.QUOTED, quote_id=1)
         assert await journal.claim("intruder", lease=60, limit=1) == []
-        await journal.release(W, ["A"])
+        await journal.release(t)
         assert [r.key for r in await journal.claim("intruder", lease=60, limit=1)] == ["A"]
+
+
+async def test_a_lapsed_lease_nobody_claimed_is_taken_back_by_renewal(path: Path) -> None:
+    clock = ManualClock()
+    async with await SQLiteJournal.open(path, clock=clock) as journal:
+        await journal.add([make_job("A")])
+        t = await claim(journal, lease=10)
+        clock.advance(11)
+        assert await journal.renew(t, lease=10) == {"A"}  # nobody else holds it
+        assert await journal.claim("other", lease=10, limit=1) == []
+        clock.advance(11)
+        [taken] = await journal.claim("other", lease=10, limit=1)
+        assert await journal.renew(t, lease=10) == set()  # claimed since: not ours
+        assert taken.claim_token is not None
+        assert await journal.renew({"A": taken.claim_token}, lease=10) == {"A"}
+
+
+async def test_a_claim_leaves_out_the_jobs_the_caller_still_works_on(path: Path) -> None:
+    clock = ManualClock()
+    async with await SQLiteJournal.open(path, clock=clock) as journal:
+        await journal.add(make_jobs(3))
+        await claim(journal, lease=10, limit=1)
+        clock.advance(11)  # PO-0000's lease lapsed, but its task is still working
+        again = await journal.claim(W, lease=10, limit=3, exclude=["PO-0000"])
+        assert [record.key for record in again] == ["PO-0001", "PO-0002"]
+
+
+async def test_a_journal_file_from_before_claim_tokens_opens_and_works(path: Path) -> None:
+    old = sqlite3.connect(path)
+    old.executescript(OLD_SCHEMA)
+    job = msgspec.json.encode(make_job("A"))
+    old.execute(
+        "INSERT INTO jobs (key, state, job, facts, updated_at) VALUES ('A', 'pending', ?, "
+        "'{}', '2026-01-05T09:00:00+00:00')",
+        [job],
+    )
+    old.commit()
+    old.close()
+    async with await SQLiteJournal.open(path) as journal:
+        [record] = await journal.claim(W, lease=60, limit=1)
+        assert record.claim_token is not None
+        quoted = await journal.record(record.claim_token, "A", JobState.QUOTED, quote_id=3)
+        assert quoted.quote_id == 3
+
+
+# The schema of journal files written before claim tokens existed.
+OLD_SCHEMA = """
+CREATE TABLE jobs (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    key TEXT NOT NULL UNIQUE,
+    account TEXT NOT NULL DEFAULT '',
+    state TEXT NOT NULL,
+    job BLOB NOT NULL,
+    facts BLOB NOT NULL,
+    retryable INTEGER NOT NULL DEFAULT 0,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    lease_owner TEXT,
+    lease_until REAL,
+    order_intent_at TEXT,
+    updated_at TEXT NOT NULL
+);
+CREATE INDEX jobs_by_state ON jobs (state, account);
+"""
 
 
 async def test_one_refused_write_does_not_undo_the_others_in_its_commit(path: Path) -> None:
     async with await SQLiteJournal.open(path) as journal:
         await journal.add(make_jobs(5))
-        await journal.claim(W, lease=60, limit=5)
+        t = await claim(journal, limit=5)
         writes = [
-            journal.record(W, f"PO-{i:04d}", JobState.QUOTED, cost=Decimal(i)) for i in range(5)
+            journal.record(t[f"PO-{i:04d}"], f"PO-{i:04d}", JobState.QUOTED, cost=Decimal(i))
+            for i in range(5)
         ]
         writes.append(journal.record("intruder", "PO-0001", JobState.QUOTED))
         outcomes = await asyncio.gather(*writes, return_exceptions=True)

@@ -125,7 +125,7 @@ class Workers:
                 "--sandbox-speed",
                 str(SPEED),
                 "--lease",
-                "60",
+                "2",  # real seconds: a killed worker's jobs are taken over 2 s later
                 "--timeout",
                 "2",
                 "--progress",

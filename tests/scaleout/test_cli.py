@@ -61,9 +61,11 @@ def fill(schema: str) -> None:
             await journal.add([make_job("n-1", "north"), make_job("n-2", "north")])
             await journal.add([make_job("s-1", "south")])
             (record,) = await journal.claim("w", lease=30, limit=1, account="north")
-            await journal.record("w", record.key, JobState.QUOTED, quote_id=1, estimate_id=2)
-            await journal.begin_order("w", record.key, quote_id=1, estimate_id=2)
-            await journal.finish("w", record.key, JobState.UNKNOWN, error="no answer")
+            token = record.claim_token
+            assert token is not None
+            await journal.record(token, record.key, JobState.QUOTED, quote_id=1, estimate_id=2)
+            await journal.begin_order(token, record.key, quote_id=1, estimate_id=2)
+            await journal.finish(token, record.key, JobState.UNKNOWN, error="no answer")
         finally:
             await journal.close()
 

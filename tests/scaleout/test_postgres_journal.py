@@ -10,6 +10,7 @@ import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator
 from decimal import Decimal
+from typing import Any
 
 import asyncpg
 import pytest
@@ -43,8 +44,14 @@ async def add(journal: PostgresJournal, count: int, account: str = "") -> list[s
     return keys
 
 
-async def quoted(journal: PostgresJournal, worker: str, key: str) -> None:
-    await journal.record(worker, key, JobState.QUOTED, quote_id=7, estimate_id=70)
+async def claim(journal: PostgresJournal, worker: str, **options: Any) -> dict[str, str]:
+    """Claim (long leases, one job unless told); each claimed key's claim token."""
+    options = {"lease": LONG, "limit": 1, **options}
+    return {r.key: r.claim_token for r in await journal.claim(worker, **options) if r.claim_token}
+
+
+async def quoted(journal: PostgresJournal, token: str, key: str) -> None:
+    await journal.record(token, key, JobState.QUOTED, quote_id=7, estimate_id=70)
 
 
 async def test_implements_the_journal_protocol(journal: PostgresJournal) -> None:
@@ -54,12 +61,14 @@ async def test_implements_the_journal_protocol(journal: PostgresJournal) -> None
 async def test_schema_is_created_once_and_versioned(pg_schema: str) -> None:
     connection = await asyncpg.connect(POSTGRES_DSN)
     try:
-        assert await migrate(connection, pg_schema) == [LATEST_VERSION]
+        assert await migrate(connection, pg_schema) == list(range(1, LATEST_VERSION + 1))
         assert await migrate(connection, pg_schema) == []
-        versions = await connection.fetch(f'SELECT version FROM "{pg_schema}".schema_version')
+        versions = await connection.fetch(
+            f'SELECT version FROM "{pg_schema}".schema_version ORDER BY version'
+        )
     finally:
         await connection.close()
-    assert [row["version"] for row in versions] == [LATEST_VERSION]
+    assert [row["version"] for row in versions] == list(range(1, LATEST_VERSION + 1))
 
 
 async def test_workers_starting_together_migrate_once(pg_schema: str) -> None:
@@ -72,8 +81,8 @@ async def test_workers_starting_together_migrate_once(pg_schema: str) -> None:
 
 async def test_adding_a_known_key_keeps_its_progress(journal: PostgresJournal) -> None:
     (key,) = await add(journal, 1)
-    await journal.claim("w1", lease=LONG, limit=1)
-    await quoted(journal, "w1", key)
+    t = await claim(journal, "w1")
+    await quoted(journal, t[key], key)
     (again,) = await journal.add([make_job(key)])
     assert again.state is JobState.QUOTED
     assert again.quote_id == 7
@@ -81,13 +90,13 @@ async def test_adding_a_known_key_keeps_its_progress(journal: PostgresJournal) -
 
 async def test_facts_round_trip_through_their_columns(journal: PostgresJournal) -> None:
     (key,) = await add(journal, 1)
-    await journal.claim("w1", lease=LONG, limit=1)
-    await quoted(journal, "w1", key)
-    await journal.begin_order("w1", key, quote_id=7, estimate_id=70)
+    t = (await claim(journal, "w1"))[key]
+    await quoted(journal, t, key)
+    await journal.begin_order(t, key, quote_id=7, estimate_id=70)
     await journal.record(
-        "w1", key, JobState.ORDERED, order_id=501, cost=Decimal("12.50"), currency="USD"
+        t, key, JobState.ORDERED, order_id=501, cost=Decimal("12.50"), currency="USD"
     )
-    record = await journal.record("w1", key, JobState.WAYBILLED, waybills=["WB-1", None])
+    record = await journal.record(t, key, JobState.WAYBILLED, waybills=["WB-1", None])
     assert (record.order_id, record.cost, record.waybills) == (
         501,
         Decimal("12.50"),
@@ -122,36 +131,71 @@ async def test_a_dead_workers_job_is_taken_over_from_its_step_after_the_lease(
     journal: PostgresJournal,
 ) -> None:
     (key,) = await add(journal, 1)
-    await journal.claim("dead", lease=SHORT, limit=1)
-    await quoted(journal, "dead", key)
+    dead = (await claim(journal, "dead", lease=SHORT))[key]
+    await quoted(journal, dead, key)
     assert await journal.claim("alive", lease=LONG, limit=1) == []  # still leased
     await asyncio.sleep(SHORT + 0.05)
     (record,) = await journal.claim("alive", lease=LONG, limit=1)
     assert (record.state, record.quote_id, record.attempts) == (JobState.QUOTED, 7, 2)
+    assert record.claim_token is not None
     with pytest.raises(LeaseLostError):
-        await journal.begin_order("dead", key, quote_id=7, estimate_id=70)
-    await journal.begin_order("alive", key, quote_id=7, estimate_id=70)
+        await journal.begin_order(dead, key, quote_id=7, estimate_id=70)
+    await journal.begin_order(record.claim_token, key, quote_id=7, estimate_id=70)
+
+
+async def test_a_stale_claim_of_the_same_worker_can_write_nothing(
+    journal: PostgresJournal,
+) -> None:
+    (key,) = await add(journal, 1)
+    stale = (await claim(journal, "w1", lease=SHORT))[key]
+    await asyncio.sleep(SHORT + 0.05)
+    current = (await claim(journal, "w1"))[key]  # the same worker claims it again
+    assert current != stale
+    for write in (
+        journal.record(stale, key, JobState.QUOTED, quote_id=7),
+        journal.begin_order(stale, key, quote_id=7, estimate_id=70),
+        journal.finish(stale, key, JobState.FAILED, error="stale"),
+    ):
+        with pytest.raises(LeaseLostError):
+            await write
+    assert await journal.renew({key: stale}, lease=LONG) == set()
+    await quoted(journal, current, key)
+    await journal.begin_order(current, key, quote_id=7, estimate_id=70)
+    withdrawn = await journal.withdraw_order(current, key)
+    assert withdrawn.state is JobState.QUOTED
+
+
+async def test_a_lapsed_lease_nobody_claimed_is_taken_back_and_excluded_keys_stay_out(
+    journal: PostgresJournal,
+) -> None:
+    first, second = await add(journal, 2)
+    tokens = await claim(journal, "w1", lease=SHORT, limit=2)
+    await asyncio.sleep(SHORT + 0.05)
+    assert await journal.renew({first: tokens[first]}, lease=LONG) == {first}
+    assert await journal.claim("w1", lease=LONG, limit=2, exclude=[second]) == []
+    (other,) = await journal.claim("w2", lease=LONG, limit=2)
+    assert other.key == second
 
 
 async def test_renewing_keeps_a_job_and_fails_once_it_is_lost(journal: PostgresJournal) -> None:
     first, second = await add(journal, 2)
-    await journal.claim("w1", lease=SHORT, limit=2)
+    t = await claim(journal, "w1", lease=SHORT, limit=2)
     await asyncio.sleep(SHORT / 2)
-    assert await journal.renew("w1", [first], lease=LONG) == {first}
+    assert await journal.renew({first: t[first]}, lease=LONG) == {first}
     await asyncio.sleep(SHORT / 2 + 0.05)
-    assert await journal.renew("w1", [first, second], lease=LONG) == {first}
     (taken,) = await journal.claim("w2", lease=LONG, limit=2)
     assert taken.key == second
+    assert await journal.renew(t, lease=LONG) == {first}
 
 
 async def test_order_intent_is_recorded_by_the_write_that_claims_the_order_step(
     journal: PostgresJournal,
 ) -> None:
     (key,) = await add(journal, 1)
-    await journal.claim("w1", lease=LONG, limit=1)
-    await quoted(journal, "w1", key)
+    t = (await claim(journal, "w1"))[key]
+    await quoted(journal, t, key)
     outcomes = await asyncio.gather(
-        *(journal.begin_order("w1", key, quote_id=7, estimate_id=70) for _ in range(3)),
+        *(journal.begin_order(t, key, quote_id=7, estimate_id=70) for _ in range(3)),
         return_exceptions=True,
     )
     winners = [outcome for outcome in outcomes if not isinstance(outcome, BaseException)]
@@ -182,18 +226,18 @@ async def test_order_intents_of_the_last_window_are_listed_per_account(
 
 async def test_begin_order_only_from_quoted(journal: PostgresJournal) -> None:
     (key,) = await add(journal, 1)
-    await journal.claim("w1", lease=LONG, limit=1)
+    t = (await claim(journal, "w1"))[key]
     with pytest.raises(JournalStateError, match="needs quoted"):
-        await journal.begin_order("w1", key, quote_id=7, estimate_id=70)
+        await journal.begin_order(t, key, quote_id=7, estimate_id=70)
 
 
 async def test_unknown_order_outcome_is_never_resent_but_listed_for_reconciliation(
     journal: PostgresJournal,
 ) -> None:
     first, second = await add(journal, 2)
-    await journal.claim("dead", lease=SHORT, limit=1)
-    await quoted(journal, "dead", first)
-    await journal.begin_order("dead", first, quote_id=7, estimate_id=70)
+    dead = (await claim(journal, "dead", lease=SHORT))[first]
+    await quoted(journal, dead, first)
+    await journal.begin_order(dead, first, quote_id=7, estimate_id=70)
     await asyncio.sleep(SHORT + 0.05)  # ... the worker died with the order on the wire
     claimed = await journal.claim("alive", lease=LONG, limit=10)
     assert [record.key for record in claimed] == [second]
@@ -213,10 +257,10 @@ async def test_reconcile_settles_an_unknown_job(
     journal: PostgresJournal, order_id: int | None, state: JobState
 ) -> None:
     (key,) = await add(journal, 1)
-    await journal.claim("w1", lease=LONG, limit=1)
-    await quoted(journal, "w1", key)
-    await journal.begin_order("w1", key, quote_id=7, estimate_id=70)
-    await journal.finish("w1", key, JobState.UNKNOWN, error="timeout", error_stage="order")
+    t = (await claim(journal, "w1"))[key]
+    await quoted(journal, t, key)
+    await journal.begin_order(t, key, quote_id=7, estimate_id=70)
+    await journal.finish(t, key, JobState.UNKNOWN, error="timeout", error_stage="order")
     record = await journal.reconcile(key, order_id=order_id)
     assert (record.state, record.order_id, record.error) == (state, order_id, None)
     assert await journal.needs_reconciliation() == []
@@ -226,10 +270,10 @@ async def test_reconcile_settles_an_unknown_job(
 
 async def test_retryable_failure_resumes_after_its_last_success(journal: PostgresJournal) -> None:
     (key,) = await add(journal, 1)
-    await journal.claim("w1", lease=LONG, limit=1)
-    await journal.record("w1", key, JobState.ORDERED, order_id=42)
+    t = (await claim(journal, "w1"))[key]
+    await journal.record(t, key, JobState.ORDERED, order_id=42)
     await journal.finish(
-        "w1", key, JobState.FAILED, error="503", error_stage="waybill", retryable=True
+        t, key, JobState.FAILED, error="503", error_stage="waybill", retryable=True
     )
     assert await journal.claim("w2", lease=LONG, limit=1) == []
     (record,) = await journal.claim("w2", lease=LONG, limit=1, retry_failed=True)
@@ -238,11 +282,11 @@ async def test_retryable_failure_resumes_after_its_last_success(journal: Postgre
 
 async def test_finished_job_leaves_its_lease(journal: PostgresJournal) -> None:
     (key,) = await add(journal, 1)
-    await journal.claim("w1", lease=LONG, limit=1)
-    record = await journal.finish("w1", key, JobState.DONE)
-    assert (record.lease_owner, record.lease_until) == (None, None)
+    t = (await claim(journal, "w1"))[key]
+    record = await journal.finish(t, key, JobState.DONE)
+    assert (record.lease_owner, record.lease_until, record.claim_token) == (None, None, None)
     with pytest.raises(LeaseLostError):
-        await journal.record("w1", key, JobState.QUOTED)
+        await journal.record(t, key, JobState.QUOTED)
 
 
 async def test_claims_and_counts_per_account(journal: PostgresJournal) -> None:
@@ -251,7 +295,8 @@ async def test_claims_and_counts_per_account(journal: PostgresJournal) -> None:
     claimed = await journal.claim("w1", lease=LONG, limit=10, account="south")
     assert {record.account for record in claimed} == {"south"}
     for record in claimed:
-        await journal.finish("w1", record.key, JobState.DONE)
+        assert record.claim_token is not None
+        await journal.finish(record.claim_token, record.key, JobState.DONE)
     by_account = await journal.counts_by_account()
     assert by_account["north"][JobState.PENDING] == 3
     assert by_account["south"][JobState.DONE] == 2
@@ -260,9 +305,8 @@ async def test_claims_and_counts_per_account(journal: PostgresJournal) -> None:
 
 
 async def test_released_jobs_are_claimable_at_once(journal: PostgresJournal) -> None:
-    keys = await add(journal, 2)
-    await journal.claim("w1", lease=LONG, limit=2)
-    await journal.release("w1", keys)
+    await add(journal, 2)
+    await journal.release(await claim(journal, "w1", limit=2))
     assert len(await journal.claim("w2", lease=LONG, limit=2)) == 2
 
 
