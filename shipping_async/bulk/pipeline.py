@@ -269,8 +269,9 @@ class JobPipeline:
         assert record.quote_id is not None
         assert record.estimate_id is not None
         request = record.job.order.to_request(record.estimate_id)
-        intent = _Intent(job, self._gate, quote_id=record.quote_id, estimate_id=record.estimate_id)
+        intent = _Intent(job, quote_id=record.quote_id, estimate_id=record.estimate_id)
         context = order_intent.set(intent)
+        self._gate.sending()  # the client takes the permit itself, at once
         try:
             order = await self._client.orders.create(request)
         except BadRequestError as exc:
@@ -293,7 +294,6 @@ class JobPipeline:
             return await job.fail(Stage.ORDER, exc)
         finally:
             order_intent.reset(context)
-            intent.done()
             self._gate.poke()
         return await job.ordered(order.id)
 
@@ -309,10 +309,9 @@ class JobPipeline:
             try:
                 order = await self._client.orders.get(record.order_id)
             except ShippingError:
-                return await self._fail(record, Stage.WAYBILL, exc)
+                return await job.fail(Stage.WAYBILL, exc)
             if not order.shipments or not all(order.waybills):
-                return await self._finish(
-                    record.key,
+                return await job.finish(
                     JobState.FAILED,
                     error=_describe(exc),
                     error_stage=Stage.WAYBILL.value,
@@ -424,18 +423,15 @@ class _Claim:
 class _Intent:
     """The order intent of one send: written on the permit grant, withdrawn on proof."""
 
-    __slots__ = ("_estimate_id", "_gate", "_job", "_quote_id", "_recorded", "_turn")
+    __slots__ = ("_estimate_id", "_job", "_quote_id", "_recorded")
 
-    def __init__(self, job: _Claim, gate: OrderGate, *, quote_id: int, estimate_id: int) -> None:
+    def __init__(self, job: _Claim, *, quote_id: int, estimate_id: int) -> None:
         self._job = job
-        self._gate = gate
         self._quote_id = quote_id
         self._estimate_id = estimate_id
         self._recorded = False
-        self._turn = True  # the gate's turn, given back at the first grant (or at done)
 
     async def granted(self) -> None:
-        self.done()
         pipeline, job = self._job.pipeline, self._job
         begin = functools.partial(
             pipeline._journal.begin_order,
@@ -465,12 +461,6 @@ class _Intent:
             )
             self._recorded = False
             self._job.pipeline._observe(record)
-
-    def done(self) -> None:
-        """Give the gate's turn back (once): the job now holds a permit or never will."""
-        if self._turn:
-            self._turn = False
-            self._gate.sending()
 
 
 def _describe(error: BaseException) -> str:

@@ -95,6 +95,10 @@ class _Orders:
             limiter=api.order_limiter,
         )
 
+    async def get(self, order_id: int, /) -> Order:
+        order: Order = _decode(Order, support.order(id=order_id))
+        return order
+
     async def create_waybill(self, order_id: int, /) -> Order:
         self._api.calls[f"POST /orders/{order_id}/waybill"] += 1
         order: Order = _decode(Order, support.order(id=order_id))

@@ -80,11 +80,11 @@ async def test_order_intent_is_durable_and_a_crash_after_it_leaves_the_job_unkno
 async def test_order_intents_of_the_last_window_are_listed_with_their_age(path: Path) -> None:
     async with await SQLiteJournal.open(path) as journal:
         await journal.add([make_job("A"), make_job("B"), make_job("C")])
-        await journal.claim(W, lease=60, limit=3)
+        t = await claim(journal, limit=3)
         for key in ("A", "B"):
-            await journal.record(W, key, JobState.QUOTED, quote_id=1, estimate_id=2)
-            await journal.begin_order(W, key, quote_id=1, estimate_id=2)
-        await journal.record(W, "A", JobState.ORDERED, order_id=9)  # answered: still counts
+            await journal.record(t[key], key, JobState.QUOTED, quote_id=1, estimate_id=2)
+            await journal.begin_order(t[key], key, quote_id=1, estimate_id=2)
+        await journal.record(t["A"], "A", JobState.ORDERED, order_id=9)  # answered: counts
 
     # Ages are real seconds on this host's wall clock, whatever clock the run used.
     async with await SQLiteJournal.open(path) as reopened:

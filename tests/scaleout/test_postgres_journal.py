@@ -209,11 +209,11 @@ async def test_order_intents_of_the_last_window_are_listed_per_account(
     journal: PostgresJournal,
 ) -> None:
     keys = await add(journal, 2, "a") + await add(journal, 1, "b")
-    await journal.claim("w1", lease=LONG, limit=3)
+    t = await claim(journal, "w1", limit=3)
     for key in keys:
-        await quoted(journal, "w1", key)
-        await journal.begin_order("w1", key, quote_id=7, estimate_id=70)
-    await journal.finish("w1", keys[0], JobState.UNKNOWN)  # still counts: it may have arrived
+        await quoted(journal, t[key], key)
+        await journal.begin_order(t[key], key, quote_id=7, estimate_id=70)
+    await journal.finish(t[keys[0]], keys[0], JobState.UNKNOWN)  # counts: it may have arrived
 
     ages = await journal.order_intent_ages(within=60)
     assert len(ages) == 3

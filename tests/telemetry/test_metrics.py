@@ -121,9 +121,11 @@ async def test_job_gauges_follow_the_journal(
             samples = await scrape(server.port)
             assert value(samples, "shipping_async_jobs", account="*", state="pending") == 2
             (record,) = await journal.claim("w", lease=30, limit=1)
-            await journal.record("w", record.key, JobState.QUOTED, quote_id=1, estimate_id=2)
-            await journal.begin_order("w", record.key, quote_id=1, estimate_id=2)
-            await journal.finish("w", record.key, JobState.UNKNOWN, error="no answer")
+            token = record.claim_token
+            assert token is not None
+            await journal.record(token, record.key, JobState.QUOTED, quote_id=1, estimate_id=2)
+            await journal.begin_order(token, record.key, quote_id=1, estimate_id=2)
+            await journal.finish(token, record.key, JobState.UNKNOWN, error="no answer")
         samples = await scrape(server.port)
     finally:
         await journal.close()
