@@ -9,6 +9,7 @@ import subprocess
 import sys
 from bisect import bisect_right
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,30 @@ _RUNNER = (
     "args = parser.parse_args()\n"
     "sys.exit(args.handler(args))\n"
 )
+
+
+# ``shipping-async ARGS`` with the heartbeat's lease renewals slowed by $RENEW_DELAY real
+# seconds (an overloaded database), so that leases lapse between renewals. The renewal a
+# task makes just before a waybill or pickup request stays fast: were it slower than a
+# whole lease, no job could ever get from one renewal to its request.
+_SLOW_RENEWALS = (
+    "import asyncio, os, sys\n"
+    "from shipping_async.scaleout.postgres_journal import PostgresJournal\n"
+    "delay = float(os.environ['RENEW_DELAY'])\n"
+    "renew = PostgresJournal.renew\n"
+    "async def slow(self, claims, *, lease):\n"
+    "    if 'heartbeat' in sys._getframe(1).f_code.co_name:\n"
+    "        await asyncio.sleep(delay)\n"
+    "    return await renew(self, claims, lease=lease)\n"
+    "PostgresJournal.renew = slow\n"
+    "from shipping_async.cli import main\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
+
+
+def slow_renewals_cli(*args: str) -> list[str]:
+    """The argv of ``shipping-async ARGS`` whose journal renews leases slowly ($RENEW_DELAY)."""
+    return [sys.executable, "-c", _SLOW_RENEWALS, *args]
 
 
 def cli(*args: str) -> list[str]:
@@ -86,9 +111,12 @@ class Sandbox:
             self.process.wait()
 
 
-def start_sandbox(token: str) -> Sandbox:
+def start_sandbox(token: str, *, tokens_file: Path | None = None) -> Sandbox:
+    """A sandbox process accepting ``token`` (or the accounts of ``tokens_file``, whose
+    first token is ``token``)."""
+    accounts = ("--tokens-file", str(tokens_file)) if tokens_file else ("--token", token)
     process = subprocess.Popen(
-        cli("sandbox", "--port", "0", "--token", token, "--speed", str(SPEED)),
+        cli("sandbox", "--port", "0", *accounts, "--speed", str(SPEED)),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -110,13 +138,15 @@ class Workers:
     env: dict[str, str]
     folder: Path
     extra: tuple[str, ...] = ()
+    lease: float = 2.0  # real seconds: a killed worker's jobs are taken over 2 s later
+    argv: Callable[..., list[str]] = cli
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def start(self, count: int = 1, *, command: tuple[str, ...] = ("worker",)) -> None:
         """Start ``count`` workers (or, with ``command=("bulk", INPUT)``, bulk runs)."""
         for _ in range(count):
             index = len(self.processes)
-            argv = cli(
+            argv = self.argv(
                 *command,
                 "--journal",
                 self.journal,
@@ -125,7 +155,7 @@ class Workers:
                 "--sandbox-speed",
                 str(SPEED),
                 "--lease",
-                "2",  # real seconds: a killed worker's jobs are taken over 2 s later
+                str(self.lease),
                 "--timeout",
                 "2",
                 "--progress",

@@ -1,0 +1,77 @@
+"""Issue 17 with real processes: leases lapsing under load never order anything twice.
+
+Two ``shipping-async worker`` processes serve four accounts of one sandbox process, on
+the machine's PostgreSQL journal and Redis limiter, with a lease of half a second and
+every lease renewal slowed by most of a second (an overloaded database): leases lapse
+while jobs wait for permits, while orders are on the wire, and workers claim each
+other's (and their own) jobs again. Judged by the sandbox's own order list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from shipping_async.bulk.journal import JobState
+from shipping_async.clock import ScaledClock
+from shipping_async.scaleout.postgres_journal import PostgresJournal
+
+from .conftest import POSTGRES_DSN, REDIS_URL
+from .processes import SPEED, Sandbox, Workers, created, slow_renewals_cli, start_sandbox
+from .support import make_job
+
+ACCOUNTS = ("north", "south", "east", "west")
+PER_ACCOUNT = 25
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Iterator[Sandbox]:
+    tokens = tmp_path / "tokens"
+    tokens.write_text("".join(f"{name} tok-{name}\n" for name in ACCOUNTS))
+    server = start_sandbox(f"tok-{ACCOUNTS[0]}", tokens_file=tokens)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def journal(pg_schema: str) -> AsyncIterator[PostgresJournal]:
+    journal = await PostgresJournal.open(POSTGRES_DSN, schema=pg_schema, clock=ScaledClock(SPEED))
+    yield journal
+    await journal.close()
+
+
+async def test_lapsing_leases_under_a_slow_journal_order_each_reference_once(
+    sandbox: Sandbox,
+    journal: PostgresJournal,
+    pg_schema: str,
+    prefix: str,
+    tmp_path: Path,
+    redis_client: object,
+) -> None:
+    keys = [f"{name}-{index:03d}" for name in ACCOUNTS for index in range(PER_ACCOUNT)]
+    await journal.add([make_job(key, key.split("-")[0]) for key in keys])
+    env = {f"SHIPPING_ACCESS_TOKEN__{name.upper()}": f"tok-{name}" for name in ACCOUNTS}
+    env |= {"SHIPPING_BASE_URL": sandbox.base_url, "RENEW_DELAY": "1.0"}
+    workers = Workers(
+        f"{POSTGRES_DSN}?schema={pg_schema}",
+        f"{REDIS_URL}?prefix={prefix}",
+        env,
+        tmp_path,
+        lease=0.5,
+        argv=slow_renewals_cli,
+    )
+    workers.start(2)
+    try:
+        codes = await workers.wait(within=60)
+    finally:
+        workers.stop()
+
+    orders = await sandbox.orders()
+    assert created(orders) == dict.fromkeys(keys, 1), workers.logs()  # never twice
+    assert (await journal.counts())[JobState.DONE] == len(keys), workers.logs()
+    assert codes == [0, 0], workers.logs()
+    # The leases did lapse and jobs were claimed again: the race was really run.
+    assert any([record.attempts > 1 async for record in journal.records()])
+    assert "Traceback" not in workers.logs()
