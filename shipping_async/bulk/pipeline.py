@@ -75,6 +75,7 @@ from shipping_async.models import (
     SchedulePickupRequest,
     choose_pickup_window,
 )
+from shipping_async.telemetry._scope import job_stage
 
 __all__ = ["QUOTE_FRESHNESS", "JobPipeline", "ShippingClient", "Stopped", "is_retryable"]
 
@@ -172,12 +173,17 @@ class JobPipeline:
         if record.claim_token is None:
             raise ValueError(f"job {record.key!r} is not claimed: ship() needs a claimed record")
         job = _Claim(self, record.key, record.claim_token)
+        # Each stage is a span (with OpenTelemetry) and the job of its log lines.
+        key, account = record.key, record.job.account
         if record.state in (JobState.PENDING, JobState.QUOTED):
-            record = await self._order_stage(job, record)
+            with job_stage(Stage.ORDER.value, key, account):
+                record = await self._order_stage(job, record)
         if record.state is JobState.ORDERED:
-            record = await self._waybill_stage(job, record)
+            with job_stage(Stage.WAYBILL.value, key, account):
+                record = await self._waybill_stage(job, record)
         if record.state is JobState.WAYBILLED:
-            record = await self._pickup_stage(job, record)
+            with job_stage(Stage.PICKUP.value, key, account):
+                record = await self._pickup_stage(job, record)
         return record
 
     # -- quote and order -------------------------------------------------------------------
@@ -189,9 +195,11 @@ class JobPipeline:
             if self._gate.closed:
                 raise Stopped
             quoted_at: float | None = None  # monotonic; None: quoted by an earlier run
-            for _ in range(self._max_requotes + 1):
+            for attempt in range(self._max_requotes + 1):
                 if record.state is JobState.PENDING:
-                    record = await self._quote(job, record)
+                    stage = "requote" if attempt else Stage.QUOTE.value  # requote: it expired
+                    with job_stage(stage, record.key, record.job.account):
+                        record = await self._quote(job, record)
                     if record.state is not JobState.QUOTED:
                         return record
                     quoted_at = self._clock.monotonic()

@@ -26,8 +26,9 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from shipping_async._hooks import APICall, ClientHooks
-from shipping_async.bulk.journal import JobRecord, JobState, Journal
+from shipping_async.bulk.journal import JobState, Journal
 from shipping_async.errors import RateLimitError
+from shipping_async.telemetry._scope import current_job
 
 __all__ = ["Metrics", "MetricsServer"]
 
@@ -66,8 +67,8 @@ class MetricsServer:
 class Metrics:
     """The metrics of one process, in their own ``registry`` (a fresh one by default).
 
-    Subscribe clients with :meth:`client_hooks`, jobs with :meth:`observe_job`, keep the
-    job gauges fresh with :meth:`watch_journal`, and :meth:`serve` ``/metrics``.
+    Subscribe clients with :meth:`client_hooks`, keep the job gauges fresh with
+    :meth:`watch_journal`, and :meth:`serve` ``/metrics``.
     """
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
@@ -168,14 +169,15 @@ class Metrics:
             registry=r,
         )
 
-    def client_hooks(self, account: str = "") -> ClientHooks:
-        """Hooks that count one client's calls under ``account``."""
-        return _ClientMetrics(self, account)
+    def client_hooks(self, account: str | None = None) -> ClientHooks:
+        """Hooks that count a client's calls under ``account``.
 
-    def observe_job(self, record: JobRecord) -> None:
-        """Count what a job's new state tells: a re-quote sends it back to ``pending``."""
-        if record.state is JobState.PENDING:
-            self.requotes.labels(record.job.account).inc()
+        ``None``: under the account of the job whose stage makes the call
+        (:func:`~shipping_async.telemetry._scope.job_stage`), ``""`` outside a job; one
+        set of hooks then serves the clients of every account of a run. A quote that
+        succeeds in a job's ``requote`` stage counts as an estimate re-quoted.
+        """
+        return _ClientMetrics(self, account)
 
     async def refresh_jobs(self, journal: Journal) -> None:
         """Set the job gauges from the journal's counts (per account when it can tell)."""
@@ -231,58 +233,104 @@ def _status_class(call: APICall) -> str:
 
 
 class _ClientMetrics(ClientHooks):
-    """The client hooks of :class:`Metrics` for one account; label children are cached."""
+    """The client hooks of :class:`Metrics`; label children are cached per account."""
+
+    def __init__(self, metrics: Metrics, account: str | None) -> None:
+        self._m = metrics
+        self._account = account
+        self._children: dict[str, _Children] = {}
+
+    def _of(self) -> _Children:
+        account = self._account
+        if account is None:
+            job = current_job()
+            account = job.account if job is not None else ""
+        children = self._children.get(account)
+        if children is None:
+            children = self._children[account] = _Children(self._m, account)
+        return children
+
+    def on_response(self, call: APICall, seconds: float) -> None:
+        self._of().response(call, seconds)
+
+    def on_call_end(self, call: APICall, error: BaseException | None) -> None:
+        if error is not None:
+            return
+        if call.operation == "create_order":
+            self._of().orders_created.inc()
+        elif call.operation == "create_quote":
+            job = current_job()
+            if job is not None and job.stage == "requote":
+                self._of().requotes.inc()
+
+    def on_retry(self, call: APICall, reason: str) -> None:
+        self._m.retries.labels(self._of().account, call.operation, reason).inc()
+
+    def on_rate_limited(self, call: APICall, error: RateLimitError) -> None:
+        account = self._of().account
+        self._m.rate_limited.labels(account, call.operation).inc()
+        if error.window is not None:
+            self._m.rate_limit_window.labels(account).set(error.window)
+        if error.limit is not None:
+            self._m.rate_limit_orders.labels(account).set(error.limit)
+
+    def on_outcome_unknown(self, call: APICall, error: BaseException) -> None:
+        self._m.outcome_unknown.labels(self._of().account, call.operation).inc()
+
+    def on_permit_waiting(self, call: APICall) -> None:
+        self._of().waiting.inc()
+
+    def on_permit_granted(self, call: APICall, waited: float | None) -> None:
+        children = self._of()
+        children.waiting.dec()
+        if waited is not None:
+            children.in_use.inc()
+            children.wait.observe(waited)
+
+    def on_permit_released(self, call: APICall) -> None:
+        self._of().in_use.dec()
+
+    def on_paused(self, call: APICall, seconds: float) -> None:
+        self._of().pause.inc(seconds)
+
+
+class _Children:
+    """One account's label children, so a request costs dictionary look-ups, not labels()."""
+
+    __slots__ = (
+        "_durations",
+        "_m",
+        "_requests",
+        "account",
+        "in_use",
+        "orders_created",
+        "pause",
+        "requotes",
+        "wait",
+        "waiting",
+    )
 
     def __init__(self, metrics: Metrics, account: str) -> None:
         self._m = metrics
-        self._account = account
-        self._in_use = metrics.permits_in_use.labels(account)
-        self._waiting = metrics.permits_waiting.labels(account)
-        self._wait = metrics.permit_wait.labels(account)
+        self.account = account
+        self.in_use = metrics.permits_in_use.labels(account)
+        self.waiting = metrics.permits_waiting.labels(account)
+        self.wait = metrics.permit_wait.labels(account)
+        self.pause = metrics.pause.labels(account)
+        self.orders_created = metrics.orders_created.labels(account)
+        self.requotes = metrics.requotes.labels(account)
         self._durations: dict[str, Histogram] = {}
         self._requests: dict[tuple[str, str], Counter] = {}
 
-    def on_response(self, call: APICall, seconds: float) -> None:
+    def response(self, call: APICall, seconds: float) -> None:
         key = (call.operation, _status_class(call))
         counter = self._requests.get(key)
         if counter is None:
-            counter = self._requests[key] = self._m.requests.labels(self._account, *key)
+            counter = self._requests[key] = self._m.requests.labels(self.account, *key)
         counter.inc()
         histogram = self._durations.get(call.operation)
         if histogram is None:
             histogram = self._durations[call.operation] = self._m.request_duration.labels(
-                self._account, call.operation
+                self.account, call.operation
             )
         histogram.observe(seconds)
-
-    def on_call_end(self, call: APICall, error: BaseException | None) -> None:
-        if error is None and call.operation == "create_order":
-            self._m.orders_created.labels(self._account).inc()
-
-    def on_retry(self, call: APICall, reason: str) -> None:
-        self._m.retries.labels(self._account, call.operation, reason).inc()
-
-    def on_rate_limited(self, call: APICall, error: RateLimitError) -> None:
-        self._m.rate_limited.labels(self._account, call.operation).inc()
-        if error.window is not None:
-            self._m.rate_limit_window.labels(self._account).set(error.window)
-        if error.limit is not None:
-            self._m.rate_limit_orders.labels(self._account).set(error.limit)
-
-    def on_outcome_unknown(self, call: APICall, error: BaseException) -> None:
-        self._m.outcome_unknown.labels(self._account, call.operation).inc()
-
-    def on_permit_waiting(self, call: APICall) -> None:
-        self._waiting.inc()
-
-    def on_permit_granted(self, call: APICall, waited: float | None) -> None:
-        self._waiting.dec()
-        if waited is not None:
-            self._in_use.inc()
-            self._wait.observe(waited)
-
-    def on_permit_released(self, call: APICall) -> None:
-        self._in_use.dec()
-
-    def on_paused(self, call: APICall, seconds: float) -> None:
-        self._m.pause.labels(self._account).inc(seconds)

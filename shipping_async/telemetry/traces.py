@@ -19,6 +19,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, Trac
 
 from shipping_async._hooks import APICall, ClientHooks
 from shipping_async._version import __version__
+from shipping_async.telemetry._scope import current_job
 
 __all__ = ["ClientTracing"]
 
@@ -27,7 +28,8 @@ class ClientTracing(ClientHooks):
     """Client hooks that make one OpenTelemetry span per API call.
 
     ``tracer_provider`` defaults to the global one (set by the application, or by
-    ``opentelemetry-instrument``); ``account`` is recorded on every span.
+    ``opentelemetry-instrument``); ``account`` is recorded on every span (``None``: the
+    account of the job stage making the call).
     """
 
     __slots__ = ("_account", "_tracer")
@@ -39,6 +41,10 @@ class ClientTracing(ClientHooks):
         self._account = account
 
     def on_call_start(self, call: APICall) -> None:
+        account = self._account
+        if account is None:
+            job = current_job()
+            account = job.account if job is not None else ""
         call.state[self] = self._tracer.start_span(
             f"{call.method} {call.route}",
             kind=SpanKind.CLIENT,
@@ -46,7 +52,7 @@ class ClientTracing(ClientHooks):
                 "http.request.method": call.method,
                 "url.template": call.route,
                 "shipping_async.operation": call.operation,
-                "shipping_async.account": self._account,
+                "shipping_async.account": account,
             },
         )
 

@@ -8,13 +8,23 @@ from typing import Any
 import aiohttp
 import pytest
 from aioresponses import aioresponses
-from resources.support import BASE_URL, MockAPI, make_client, order, order_request, reply
+from resources.support import (
+    BASE_URL,
+    MockAPI,
+    direct_quote,
+    make_client,
+    order,
+    order_request,
+    quote_request,
+    reply,
+)
 
 from shipping_async.bulk.journal import JobState
 from shipping_async.bulk.sqlite_journal import SQLiteJournal
 from shipping_async.clock import ManualClock
 from shipping_async.errors import OrderOutcomeUnknownError
 from shipping_async.limiter import RollingWindowLimiter
+from shipping_async.telemetry._scope import job_stage
 from shipping_async.telemetry.metrics import Metrics, MetricsServer
 
 from .scrape import scrape, total, value
@@ -132,3 +142,24 @@ async def test_job_gauges_follow_the_journal(
     assert value(samples, "shipping_async_jobs", account="*", state="pending") == 1
     assert value(samples, "shipping_async_jobs", account="*", state="unknown") == 1
     assert value(samples, "shipping_async_unknown_jobs", account="*") == 1
+
+
+async def test_without_an_account_the_job_stage_names_it_and_a_requote_is_counted(
+    mock: aioresponses, metrics: tuple[Metrics, MetricsServer]
+) -> None:
+    prometheus, server = metrics
+    mock.post(BASE_URL + "/quotes", status=201, payload=direct_quote(), repeat=True)
+
+    async with make_client(hooks=[prometheus.client_hooks()]) as client:
+        with job_stage("quote", "A-1", "acme"):
+            await client.quotes.create(quote_request())
+        with job_stage("requote", "A-1", "acme"):
+            await client.quotes.create(quote_request())
+        await client.quotes.create(quote_request())  # outside any job
+
+    samples = await scrape(server.port)
+    quotes = {"operation": "create_quote", "status_class": "2xx"}
+    assert value(samples, "shipping_async_requests_total", account="acme", **quotes) == 2
+    assert value(samples, "shipping_async_requests_total", account="", **quotes) == 1
+    assert value(samples, "shipping_async_estimates_requoted_total", account="acme") == 1
+    assert value(samples, "shipping_async_estimates_requoted_total", account="") == 0

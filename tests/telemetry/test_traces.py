@@ -94,21 +94,15 @@ async def test_a_failed_call_names_its_error_but_not_the_token_address_or_host(
 
 
 async def test_job_stage_spans_hold_the_job_key_and_parent_the_call_spans(
-    mock: aioresponses, exporter: InMemorySpanExporter
+    mock: aioresponses, global_spans: InMemorySpanExporter
 ) -> None:
-    # job_stage uses the global tracer provider, which OpenTelemetry lets be set once.
-    from opentelemetry import trace
-
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    trace.set_tracer_provider(provider)
     mock.get(ORDER_7001, payload={"order": order()})
 
     async with make_client(hooks=[ClientTracing()]) as client:
         with job_stage("waybill", "A-17", "acme"):
             await client.orders.get(7001)
 
-    call, stage = exporter.get_finished_spans()
+    call, stage = global_spans.get_finished_spans()
     assert stage.name == "shipping_async.job.waybill"
     assert stage.attributes == {
         "shipping_async.job.key": "A-17",
@@ -155,3 +149,37 @@ def test_stages_work_unchanged_without_opentelemetry_or_its_configuration(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
     )
     assert (done.returncode, done.stdout.strip()) == (0, "ok"), done.stderr
+
+
+async def test_a_bulk_run_has_a_span_per_stage_of_every_job(
+    global_spans: InMemorySpanExporter,
+) -> None:
+    from bulk.support import make_jobs
+
+    from shipping_async import AsyncShippingClient, BulkShipper, RollingWindowLimiter
+    from shipping_async.sandbox import SandboxServer
+
+    async with SandboxServer(speed=100.0, seed=1) as sandbox, AsyncShippingClient(
+        sandbox.token,
+        base_url=sandbox.base_url,
+        clock=sandbox.clock,
+        order_limiter=RollingWindowLimiter(clock=sandbox.clock),
+        hooks=[ClientTracing()],
+    ) as client:
+        results = [result async for result in BulkShipper(client).run(make_jobs(3))]
+    assert len(results) == 3
+
+    spans = global_spans.get_finished_spans()
+    stages = [s for s in spans if s.name.startswith("shipping_async.job.")]
+    for job in results:
+        mine = {
+            s.name.removeprefix("shipping_async.job.")
+            for s in stages
+            if s.attributes and s.attributes["shipping_async.job.key"] == job.key
+        }
+        assert mine == {"quote", "order", "waybill", "pickup"}
+    by_id = {s.context.span_id: s for s in spans if s.context is not None}
+    for call in (s for s in spans if s.kind is SpanKind.CLIENT):
+        assert call.parent is not None
+        assert by_id[call.parent.span_id].name.startswith("shipping_async.job.")
+    assert sandbox.token not in "".join(everything_in(s) for s in spans)
