@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import logging
 import sys
 from collections.abc import AsyncIterator
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 from shipping_async.bulk.choice import EstimateChooser
 from shipping_async.bulk.journal import JobState
 from shipping_async.cli._common import drain, showing
+from shipping_async.cli._telemetry import RunTelemetry, configure_cli_logging
 from shipping_async.cli._terminal import printable
 from shipping_async.clock import Clock, ScaledClock, SystemClock
 
@@ -70,7 +70,7 @@ def run_shared(
     enqueue: str | None = None,
 ) -> int:
     """Work on the shared journal ``args.journal`` (after adding the jobs of ``enqueue``)."""
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    configure_cli_logging()
     run = _SharedRun(args, choose, limit, window_real, speed)
     try:
         return asyncio.run(run.main(enqueue))
@@ -126,11 +126,18 @@ class _SharedRun:
 
         async with contextlib.AsyncExitStack() as stack:
             try:
+                telemetry = RunTelemetry(args)
+                await stack.enter_async_context(telemetry.serving())
+            except ValueError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
+            try:
                 journal: Any = await open_journal(args.journal, clock=clock)
             except (JournalError, OSError, ValueError) as exc:
                 print(f"error: journal {_safe(args.journal)}: {exc}", file=sys.stderr)
                 return 2
             stack.push_async_callback(journal.close)
+            await stack.enter_async_context(telemetry.watching(journal))
             try:
                 clients = AccountClients(
                     limiter_for,
@@ -138,6 +145,7 @@ class _SharedRun:
                     base_url=args.base_url,
                     clock=clock,
                     timeout=timeout,
+                    hooks=telemetry.hooks,
                 )
                 stack.push_async_callback(clients.aclose)
                 keys: list[str] | None = None

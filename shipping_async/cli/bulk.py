@@ -36,6 +36,11 @@ from shipping_async.cli._common import (
     showing,
 )
 from shipping_async.cli._shared_run import add_scaleout_options, run_shared
+from shipping_async.cli._telemetry import (
+    RunTelemetry,
+    add_telemetry_options,
+    configure_cli_logging,
+)
 from shipping_async.scaleout.factory import close_limiter, is_shared_journal, open_limiter
 
 __all__ = ["register", "run"]
@@ -85,6 +90,7 @@ def register(subparsers: Any) -> None:
         parser, concurrency=64, concurrency_help="shipments in flight (64)", progress="auto"
     )
     add_scaleout_options(parser)
+    add_telemetry_options(parser)
     parser.set_defaults(handler=run)
 
 
@@ -113,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
         return run_shared(
             args, choose=choose, limit=limit, window_real=window, speed=speed, enqueue=args.input
         )
+    configure_cli_logging()
     try:
         return asyncio.run(_Command(args, choose, limit, window).main())
     except (KeyboardInterrupt, asyncio.CancelledError):  # the second Ctrl-C
@@ -144,6 +151,12 @@ class _Command:
 
         args = self.args
         async with contextlib.AsyncExitStack() as stack:
+            try:
+                telemetry = RunTelemetry(args)
+                await stack.enter_async_context(telemetry.serving())
+            except ValueError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
             clock: Clock = SystemClock()
             speed = _speed(args)
             if args.sandbox:
@@ -175,7 +188,12 @@ class _Command:
             )
             stack.push_async_callback(close_limiter, limiter)
             client = AsyncShippingClient(
-                token, base_url=base_url, order_limiter=limiter, clock=clock, timeout=args.timeout
+                token,
+                base_url=base_url,
+                order_limiter=limiter,
+                clock=clock,
+                timeout=args.timeout,
+                hooks=telemetry.hooks,
             )
             await stack.enter_async_context(client)
             path = self._journal_path(stack)
@@ -185,6 +203,7 @@ class _Command:
                 print(f"error: {exc}", file=sys.stderr)
                 return 2
             stack.push_async_callback(journal.close)
+            await stack.enter_async_context(telemetry.watching(journal))
             counts = await journal.counts()
             if sum(counts.values()) and not args.resume:
                 print(

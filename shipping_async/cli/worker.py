@@ -23,6 +23,7 @@ from shipping_async.cli._common import (
     parse_speed,
 )
 from shipping_async.cli._shared_run import add_scaleout_options, run_shared
+from shipping_async.cli._telemetry import add_telemetry_options
 
 __all__ = ["register", "run"]
 
@@ -49,6 +50,7 @@ def register(subparsers: Any) -> None:
     add_shipping_options(
         parser, concurrency=32, concurrency_help="jobs in flight per account", progress="plain"
     )
+    add_telemetry_options(parser)
     parser.set_defaults(handler=run)
 
 

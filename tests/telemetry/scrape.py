@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+#: Every sample of a scrape: (name, labels) -> value.
+Samples: TypeAlias = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
-async def scrape(
-    port: int, host: str = "127.0.0.1"
-) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+
+async def scrape(port: int, host: str = "127.0.0.1") -> Samples:
     """Every sample of ``http://host:port/metrics``: (name, labels) -> value."""
     async with (
         aiohttp.ClientSession() as session,
@@ -25,16 +28,12 @@ async def scrape(
     }
 
 
-def value(
-    samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str
-) -> float:
+def value(samples: Samples, name: str, **labels: str) -> float:
     """The sample ``name`` with exactly ``labels``; 0 when it is not there."""
     return samples.get((name, frozenset(labels.items())), 0.0)
 
 
-def total(
-    samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str
-) -> float:
+def total(samples: Samples, name: str, **labels: str) -> float:
     """The sum of the samples ``name`` whose labels include ``labels``."""
     wanted = set(labels.items())
     return sum(v for (n, got), v in samples.items() if n == name and wanted <= got)

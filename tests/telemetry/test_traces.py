@@ -159,13 +159,16 @@ async def test_a_bulk_run_has_a_span_per_stage_of_every_job(
     from shipping_async import AsyncShippingClient, BulkShipper, RollingWindowLimiter
     from shipping_async.sandbox import SandboxServer
 
-    async with SandboxServer(speed=100.0, seed=1) as sandbox, AsyncShippingClient(
-        sandbox.token,
-        base_url=sandbox.base_url,
-        clock=sandbox.clock,
-        order_limiter=RollingWindowLimiter(clock=sandbox.clock),
-        hooks=[ClientTracing()],
-    ) as client:
+    async with (
+        SandboxServer(speed=100.0, seed=1) as sandbox,
+        AsyncShippingClient(
+            sandbox.token,
+            base_url=sandbox.base_url,
+            clock=sandbox.clock,
+            order_limiter=RollingWindowLimiter(clock=sandbox.clock),
+            hooks=[ClientTracing()],
+        ) as client,
+    ):
         results = [result async for result in BulkShipper(client).run(make_jobs(3))]
     assert len(results) == 3
 
