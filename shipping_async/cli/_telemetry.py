@@ -19,6 +19,8 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from shipping_async._hooks import ClientHooks
+from shipping_async._http import _HANDLER_NAME as ENV_HANDLER_NAME
+from shipping_async._http import LOGGER_NAME
 from shipping_async.telemetry.logs import formatter
 
 if TYPE_CHECKING:
@@ -57,7 +59,17 @@ def configure_cli_logging() -> None:
     """Warnings and errors to stderr, as JSON lines with ``SHIPPING_LOG_FORMAT=json``."""
     handler = logging.StreamHandler()
     handler.setFormatter(formatter("%(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(_not_written_by_shipping_log)
     logging.basicConfig(level=logging.WARNING, handlers=[handler])
+
+
+def _not_written_by_shipping_log(record: logging.LogRecord) -> bool:
+    """Whether a record still needs writing: with ``SHIPPING_LOG`` set, the SDK's own
+    stderr handler already wrote the library's records (each line once, not twice)."""
+    if record.name != LOGGER_NAME and not record.name.startswith(LOGGER_NAME + "."):
+        return True
+    library = logging.getLogger(LOGGER_NAME)
+    return not any(handler.get_name() == ENV_HANDLER_NAME for handler in library.handlers)
 
 
 class RunTelemetry:

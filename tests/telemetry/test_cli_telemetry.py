@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from shipping_async.cli import bulk
+from shipping_async.telemetry.logs import KEYS
 
 from .scrape import scrape, value
 
@@ -27,6 +28,11 @@ def run_bulk(*argv: str) -> int:
     args = parser.parse_args(["bulk", *argv])
     code: int = args.handler(args)
     return code
+
+
+def references(folder: Path, rows: int) -> list[str]:
+    with (folder / "shipments.csv").open(newline="") as file:
+        return [row["customer_reference"] for row in csv.DictReader(file)][:rows]
 
 
 def small_input(folder: Path, rows: int = 4) -> Path:
@@ -89,3 +95,23 @@ def test_a_metrics_port_in_use_is_a_clear_error(
 def test_a_bad_metrics_port_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run_bulk(str(small_input(tmp_path)), "--sandbox", "--metrics-port", "70000") == 2
     assert "--metrics-port: expected 0-65535" in capsys.readouterr().err
+
+
+async def test_bulk_json_log_lines_parse_each_written_once(tmp_path: Path) -> None:
+    process = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "shipping_async", "bulk", str(small_input(tmp_path, rows=2))),
+        *("--sandbox", "--progress", "plain"),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "SHIPPING_LOG_FORMAT": "json", "SHIPPING_LOG": "debug"},
+    )
+    _, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 0, err.decode()
+
+    lines = err.decode().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert len(records) >= 2 * 5 * 2  # five calls a job, a line before and after each
+    assert all(tuple(record) == KEYS for record in records)
+    assert len(set(lines)) == len(lines), "a line was written twice"
+    assert {r["job_key"] for r in records} == set(references(tmp_path, 2))
+    assert "Bearer ***" in err.decode()
