@@ -45,6 +45,12 @@ async def read_capped(response: aiohttp.ClientResponse, limit: int) -> bytes:
     declared = response.content_length
     if declared is not None and declared > limit and not response.headers.get("Content-Encoding"):
         raise AnswerTooLarge(declared)
+    if response.content.at_eof():
+        # A client middleware read the answer before us (to log it, say): aiohttp keeps it.
+        whole = await response.read()
+        if len(whole) > limit:
+            raise AnswerTooLarge(len(whole))
+        return whole
     body = bytearray()
     async for chunk in response.content.iter_chunked(_CHUNK):
         body += chunk

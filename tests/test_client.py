@@ -38,6 +38,7 @@ from shipping_async.errors import (
     ShippingError,
 )
 from shipping_async.limiter import RollingWindowLimiter
+from shipping_async.sandbox import SandboxServer
 
 ORDER_7001 = BASE_URL + "/orders/7001"
 
@@ -392,3 +393,24 @@ async def test_two_clients_can_share_one_limiter(mock: aioresponses) -> None:
         await asyncio.gather(create(one), create(two))
 
     assert sorted(moments) == [0.0, 60.0]
+
+
+async def test_an_answer_a_client_middleware_already_read_is_still_decoded() -> None:
+    async def logging_middleware(
+        request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+    ) -> aiohttp.ClientResponse:
+        response = await handler(request)
+        await response.read()  # as a logging middleware does
+        return response
+
+    async with (
+        SandboxServer(speed=100.0, seed=3) as sandbox,
+        aiohttp.ClientSession(middlewares=(logging_middleware,)) as session,
+    ):
+        client = AsyncShippingClient(
+            sandbox.token, base_url=sandbox.base_url, session=session, clock=sandbox.clock
+        )
+        created = await client.webhooks.create(
+            "https://example.com/hook", ["shipment.updated.status"]
+        )
+        assert (await client.webhooks.get(created.id)).target_url == "https://example.com/hook"
