@@ -8,7 +8,7 @@ import dataclasses
 import ipaddress
 import math
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, Unpack
 
@@ -18,6 +18,7 @@ from yarl import URL
 
 from shipping_async._bounded import DEFAULT_MAX_RESPONSE_BYTES
 from shipping_async._decode import Answer, read_answer
+from shipping_async._estimates import EstimateBook
 from shipping_async._hooks import ClientHooks, observe_call
 from shipping_async._http import RequestOptions, Secret, configure_logging, exchange
 from shipping_async._order_wait import Settle
@@ -125,12 +126,12 @@ def _clock_from_env() -> Clock:
     return SystemClock() if speed == 1 else ScaledClock(speed)
 
 
-def _check_max_wait(max_wait: float | None) -> float | None:
+def _check_max_wait(max_wait: float | None, name: str = "max_wait") -> float | None:
     if max_wait is None:
         return None
     if isinstance(max_wait, bool) or not 0 <= max_wait < math.inf:
         raise ConfigurationError(
-            f"max_wait: must be None or a finite number of seconds >= 0, got {max_wait!r}"
+            f"{name}: must be None or a finite number of seconds >= 0, got {max_wait!r}"
         )
     return float(max_wait)
 
@@ -170,7 +171,9 @@ class AsyncShippingClient:
     ``order_ledger`` makes ``customer_reference`` an idempotency key (see
     :mod:`shipping_async.ledger`); ``on_cancelled_order`` is called with a
     :class:`~shipping_async.CancelledOrder` for every create whose caller was cancelled,
-    after the SDK has learnt what became of it.
+    after the SDK has learnt what became of it. After a permit wait of half a rate window
+    or more (or past 90 % of ``estimate_validity`` when given), ``orders.create`` re-checks
+    an estimate this client quoted and raises ``EstimateExpiredError`` instead of sending.
 
     ``max_response_bytes`` (default 16 MiB) caps an answer, counted after decompression:
     a longer one is not read and raises ``APIResponseValidationError``.
@@ -200,6 +203,7 @@ class AsyncShippingClient:
         order_ledger: OrderLedger | None = None,
         on_cancelled_order: Callable[[CancelledOrder], object] | None = None,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        estimate_validity: float | None = None,
     ) -> None:
         token = token if token is not None else os.environ.get(TOKEN_ENV)
         if not token:
@@ -237,6 +241,8 @@ class AsyncShippingClient:
         self._max_wait = _check_max_wait(max_wait)
         self._order_ledger = order_ledger
         self._on_cancelled_order = on_cancelled_order
+        self._estimate_validity = _check_max_wait(estimate_validity, "estimate_validity")
+        self._estimates = EstimateBook()
         self._sessions = _SessionHolder(session)
         self._is_copy = False
         self._bind_resources()
@@ -271,6 +277,16 @@ class AsyncShippingClient:
     def lenient(self) -> bool:
         """Whether answers are decoded leniently (odd fields kept in ``undecoded``)."""
         return self._lenient
+
+    @property
+    def estimates(self) -> EstimateBook:
+        """The estimates this client quoted (shared by its copies)."""
+        return self._estimates
+
+    @property
+    def estimate_validity(self) -> float | None:
+        """How long an estimate stays valid, if known (the API does not say)."""
+        return self._estimate_validity
 
     @property
     def max_wait(self) -> float | None:
@@ -352,6 +368,7 @@ class AsyncShippingClient:
         max_wait: float | None = None,
         settle: Settle | None = None,
         raw_sink: Callable[[bytes], None] | None = None,
+        before_send: Callable[[float], Awaitable[None]] | None = None,
         **options: Unpack[RequestOptions],
     ) -> T:
         """Send ``operation`` under the retry rules and return its ``answer``, read.
@@ -412,4 +429,5 @@ class AsyncShippingClient:
                 limiter=observed.limiter(self._order_limiter) if order_limited else None,
                 max_wait=_check_max_wait(max_wait) if order_limited else None,
                 settle=settle,
+                before_send=before_send,
             )

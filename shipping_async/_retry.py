@@ -309,6 +309,7 @@ async def send_with_retries(
     limiter: OrderLimiter | None = None,
     max_wait: float | None = None,
     settle: Settle | None = None,
+    before_send: Callable[[float], Awaitable[None]] | None = None,
 ) -> T:
     """Run ``attempt`` until it succeeds or :func:`decide` says to raise.
 
@@ -318,12 +319,15 @@ async def send_with_retries(
     429) on ``clock``: past it, :class:`~shipping_async.errors.OrderWaitTimeoutError`.
     With ``settle``, a caller cancelled while its request may be on the wire does not
     abandon it: the answer is read, the permit released accordingly, ``settle`` gets the
-    result (or error), then the ``CancelledError`` goes on.
+    result (or error), then the ``CancelledError`` goes on. ``before_send(waited)`` runs
+    once a permit is held, with the seconds waited for permits so far; if it raises,
+    the permit goes back unused and its error goes up.
     """
     delays = policy.delays()
     retries = rate_limited = 0
     front = False
-    deadline = None if max_wait is None else clock.monotonic() + max_wait
+    started = clock.monotonic()
+    deadline = None if max_wait is None else started + max_wait
     intent = order_intent.get() if limiter is not None else None
     while True:
         permit = None
@@ -339,6 +343,12 @@ async def send_with_retries(
                     clock=clock,
                     refused=rate_limited,
                 ) from None
+            if before_send is not None:
+                try:
+                    await before_send(clock.monotonic() - started)
+                except BaseException:
+                    await limiter.release(permit, sent=False)
+                    raise
         if intent is not None and limiter is not None and permit is not None:
             try:
                 await intent.granted()

@@ -5,6 +5,7 @@
     ShippingError
     ├── ConfigurationError              the client cannot be built as asked (also a ValueError)
     ├── RequestValidationError          a request failed client-side checks (names the field)
+    │   └── EstimateExpiredError             the estimate expired while the order waited
     ├── InputFileError                  a file of shipments cannot be read (file, line, field)
     ├── NoPickupWindowError             no offered pickup slot fits the wish (says why)
     ├── LimiterUnavailableError         the shared order limiter is unreachable: nothing sent
@@ -54,6 +55,7 @@ __all__ = [
     "AuthenticationError",
     "BadRequestError",
     "ConfigurationError",
+    "EstimateExpiredError",
     "InputFileError",
     "InternalServerError",
     "LimiterUnavailableError",
@@ -113,6 +115,18 @@ class InputFileError(ShippingError, ValueError):
         self.reason = reason
         where = f" field {field}:" if field else ""
         super().__init__(f"{path}:{line}:{where} {reason}")
+
+
+class EstimateExpiredError(RequestValidationError):
+    """The order's estimate expired while the order waited for its permit: not sent.
+
+    ``orders.create`` re-checks the estimate (``GET /quotes/{id}``) after a long wait and
+    raises this instead of sending an order the API would refuse. Quote again.
+    """
+
+    def __init__(self, estimate_id: int, reason: str) -> None:
+        self.estimate_id = estimate_id
+        super().__init__("quote_estimate_id", reason)
 
 
 class NoPickupWindowError(ShippingError):

@@ -10,7 +10,11 @@ from shipping_async._http import RequestOptions, path_id
 from shipping_async._multipart import FileSpec, load_files, order_form
 from shipping_async._order_wait import expected_wait
 from shipping_async._retry import Operation
-from shipping_async.errors import ConfigurationError, RequestValidationError
+from shipping_async.errors import (
+    ConfigurationError,
+    EstimateExpiredError,
+    RequestValidationError,
+)
 from shipping_async.models import (
     Model,
     Order,
@@ -110,7 +114,13 @@ class Orders:
 
         def send(**kwargs: Any) -> Awaitable[Order]:
             return client._request(
-                operation, _ORDER, body=body, form=form, order_limited=True, **kwargs
+                operation,
+                _ORDER,
+                body=body,
+                form=form,
+                order_limited=True,
+                before_send=lambda waited: self._recheck(request.quote_estimate_id, waited),
+                **kwargs,
             )
 
         return await create_order(
@@ -121,6 +131,31 @@ class Orders:
             max_wait=client.max_wait if max_wait is None else max_wait,
             options=dict(options),
         )
+
+    async def _recheck(self, estimate_id: int, waited: float) -> None:
+        """After a long wait for the permit: is the estimate still valid? (not sent if not)"""
+        client = self._client
+        seen = client.estimates.get(estimate_id)
+        if seen is None:
+            return  # quoted elsewhere: the quote's id is unknown here
+        quote_id, seen_at = seen
+        validity = client.estimate_validity
+        aged = validity is not None and client.clock.monotonic() - seen_at >= 0.9 * validity
+        # Half a window of waiting is long enough for an estimate of unknown validity to
+        # have expired meanwhile; the GET costs nothing against the order budget.
+        if not aged and waited < client.order_limiter.window / 2:
+            return
+        quote = await client.quotes.get(quote_id)
+        try:
+            expired = quote.estimate(estimate_id).quote_expired
+        except KeyError:
+            expired = True
+        if expired:
+            raise EstimateExpiredError(
+                estimate_id,
+                f"estimate {estimate_id} of quote {quote_id} expired while the order waited "
+                f"{waited:.3g} s for its permit; nothing was sent: quote again",
+            )
 
     def _decode(self, raw: bytes) -> Order:
         """An order answer kept by the ledger, read as the client reads answers."""

@@ -40,10 +40,19 @@ class Quotes:
         """
         validate_request(request)
         operation = Operation(name="create_quote", method="POST", path="/quotes")
-        return await self._client._request(operation, _QUOTE, body=request, **options)
+        quote = await self._client._request(operation, _QUOTE, body=request, **options)
+        self._remember(quote)
+        return quote
 
     async def get(self, quote_id: int, **options: Unpack[RequestOptions]) -> Quote:
         """GET /quotes/{id}: the quote with each estimate's current ``quote_expired``."""
         path = f"/quotes/{path_id(quote_id, 'quote_id')}"
         operation = Operation(name="get_quote", method="GET", path=path)
-        return await self._client._request(operation, _QUOTE, **options)
+        quote = await self._client._request(operation, _QUOTE, **options)
+        self._remember(quote)
+        return quote
+
+    def _remember(self, quote: Quote) -> None:
+        # For orders.create: which quote to re-check after a long wait, and its age.
+        estimates = [estimate.estimate_id for estimate in quote.estimates]
+        self._client.estimates.note(quote.id, estimates, self._client.clock.monotonic())

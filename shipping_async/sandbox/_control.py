@@ -117,6 +117,10 @@ class SandboxControl:
         """How many API requests were refused with 401 (counted, never logged)."""
         return self._sandbox.log.refused
 
+    def orders(self) -> list[dict[str, Any]]:
+        """Every order the sandbox holds, as GET /orders/{id} shows it, oldest first."""
+        return [order_wire(order) for order in self._sandbox.store.orders.values()]
+
     def deliveries(self) -> list[DeliveryRecord]:
         """Every webhook delivery attempt so far (scheduled retries included)."""
         return list(self._sandbox.dispatcher.records)
@@ -171,6 +175,10 @@ async def _requests(request: web.Request) -> web.Response:
     return json_response({"requests": records})
 
 
+async def _orders(request: web.Request) -> web.Response:
+    return json_response({"orders": _control(request).orders()})
+
+
 async def _deliveries(request: web.Request) -> web.Response:
     return json_response({"deliveries": _control(request).deliveries()})
 
@@ -216,6 +224,7 @@ def routes() -> list[web.RouteDef]:
         web.get(f"{p}/faults", _list_faults),
         web.delete(f"{p}/faults", _clear_faults),
         web.get(f"{p}/requests", _requests),
+        web.get(f"{p}/orders", _orders),
         web.get(f"{p}/deliveries", _deliveries),
         web.post(f"{p}/reset", _reset),
         web.get(p + "/documents/{id}/{name}", _document),
