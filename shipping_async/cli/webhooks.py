@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import sys
 from collections.abc import Callable
@@ -14,8 +15,9 @@ from typing import TextIO
 import msgspec
 from aiohttp import web
 
+from shipping_async.cli._terminal import printable
 from shipping_async.models.webhooks import WebhookEvent
-from shipping_async.webhooks import create_webhook_app
+from shipping_async.webhooks import create_webhook_app, webhook_socket
 
 __all__ = ["format_event", "listen", "register"]
 
@@ -52,16 +54,27 @@ def format_event(event: WebhookEvent, *, as_json: bool = False) -> str:
     """One line for one event; the token is never printed.
 
     ``2026-01-05T09:00:00.123Z order 42 shipment.updated.status: order_received -> in_transit``
+
+    The values come from the sender: a newline or an escape sequence in them is written
+    escaped (``\\n``, ``\\x1b``), so it can neither forge a line nor drive the terminal.
     """
     if as_json:
         fields = msgspec.structs.asdict(event)
         del fields["token"]
         fields["updated_at_utc"] = _iso_millis(event)
-        return msgspec.json.encode(fields).decode()
-    return (
+        # msgspec escapes U+0000-U+001F; the C1 controls and bidi overrides pass through.
+        return _JSON_UNSAFE.sub(_json_escape, msgspec.json.encode(fields).decode())
+    return printable(
         f"{_iso_millis(event)} {event.object_type} {event.object_id} {event.event_type}: "
         f"{event.original_value} -> {event.updated_value}"
     )
+
+
+_JSON_UNSAFE = re.compile(r"[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    return f"\\u{ord(match[0]):04x}"
 
 
 def _iso_millis(event: WebhookEvent) -> str:
@@ -87,7 +100,8 @@ async def listen(
     runner = web.AppRunner(create_webhook_app(print_event, token=token, path=path))
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, port)
+        # A small kernel buffer per connection keeps stalled senders out of our memory.
+        site = web.SockSite(runner, webhook_socket(host, port))
         await site.start()
         bound_host, bound_port = runner.addresses[0][:2]
         url = f"http://{bound_host}:{bound_port}{path}"

@@ -17,10 +17,12 @@
 from shipping_async.models.webhooks import EventType, Webhook, WebhookEvent
 from shipping_async.webhooks._app import (
     DEFAULT_HEADER_TIMEOUT,
+    DEFAULT_RECEIVE_BUFFER,
     WEBHOOK_RECEIVER,
     ReceiverOptions,
     add_webhook_route,
     create_webhook_app,
+    webhook_socket,
 )
 from shipping_async.webhooks._dedupe import (
     DEDUPE_BYTES_PER_EVENT,
@@ -61,6 +63,7 @@ __all__ = [
     "DEFAULT_HEADER_TIMEOUT",
     "DEFAULT_MAX_BODY_SIZE",
     "DEFAULT_MAX_CONCURRENT_READS",
+    "DEFAULT_RECEIVE_BUFFER",
     "MIN_FRESHNESS_WINDOW",
     "WEBHOOK_RECEIVER",
     "EventDeduplicator",
@@ -87,4 +90,5 @@ __all__ = [
     "legs_from",
     "match_leg",
     "parse_event",
+    "webhook_socket",
 ]

@@ -51,8 +51,8 @@ DEFAULT_BODY_TIMEOUT = 10.0
 #: API's own timeout is not shown (the sandbox's is 10 s): past it the API retries anyway.
 DEFAULT_HANDLER_TIMEOUT = 10.0
 #: Bodies read at the same time. Each holds at most ``max_body_size`` + 1 bytes, so the
-#: receiver's body memory is at most 256 x 64 KiB = 16 MiB however many senders stall.
-DEFAULT_MAX_CONCURRENT_READS = 256
+#: receiver's body memory is at most 128 x 64 KiB = 8 MiB however many senders stall.
+DEFAULT_MAX_CONCURRENT_READS = 128
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ import sys
 from datetime import UTC, datetime
 
 import aiohttp
+import msgspec
 import pytest
 
 from shipping_async.cli import webhooks as cli
@@ -73,6 +74,52 @@ def test_json_line_has_every_field_but_the_token() -> None:
     assert "token" not in fields
     assert fields["object_id"] == 4201
     assert fields["updated_at_utc"] == "2026-01-05T09:00:00.123Z"
+
+
+FORGED = "in_transit\n2026-01-05T09:00:01.000Z order 1 shipment.updated.status: x -> delivered"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(FORGED, id="newline-forging-a-line"),
+        pytest.param("\x1b[2J\x1b[31mdelivered", id="escape-sequences"),
+        pytest.param("delivered\r\x9b31m\u202eevil", id="cr-c1-bidi"),
+    ],
+)
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_event_values_cannot_forge_lines_or_drive_the_terminal(value: str, as_json: bool) -> None:
+    event = msgspec.structs.replace(EVENT, original_value=value, updated_value=value)
+
+    line = cli.format_event(event, as_json=as_json)
+
+    assert line.isprintable()  # no newline, CR, ESC, C1 or bidi control left
+    if as_json:
+        assert json.loads(line)["updated_value"] == value
+    else:
+        assert value.encode("unicode_escape").decode("ascii") in line
+
+
+async def test_listen_prints_a_forged_newline_as_one_escaped_line(make_body: BodyFactory) -> None:
+    out = io.StringIO()
+    stop = asyncio.Event()
+    ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    server = asyncio.create_task(
+        cli.listen(host="127.0.0.1", port=0, token=TOKEN, out=out, stop=stop,
+                   on_ready=ready.set_result)
+    )  # fmt: skip
+    url = await asyncio.wait_for(ready, 5)
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(url, data=make_body(updated_value=FORGED)) as response,
+    ):
+        assert response.status == 200
+    stop.set()
+    await asyncio.wait_for(server, 5)
+
+    [line] = out.getvalue().splitlines()
+    assert line.endswith("x -> delivered")
+    assert "in_transit\\n2026" in line
 
 
 async def test_listen_prints_one_line_per_accepted_event(make_body: BodyFactory) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import socket
 import time
 import tracemalloc
 from collections.abc import AsyncIterator, Callable
@@ -20,10 +21,12 @@ from shipping_async.clock import ManualClock
 from shipping_async.models.webhooks import WebhookEvent
 from shipping_async.webhooks import (
     DEDUPE_BYTES_PER_EVENT,
+    DEFAULT_RECEIVE_BUFFER,
     WEBHOOK_RECEIVER,
     WebhookReceiver,
     add_webhook_route,
     create_webhook_app,
+    webhook_socket,
 )
 
 from .support import TOKEN, BodyFactory, Serve, event_fields
@@ -691,3 +694,24 @@ async def test_bodies_past_the_read_cap_are_refused_503_without_being_read(
     assert busy[0] == 503
     assert after == (200, "handled")
     assert receiver.stats.timed_out == 2
+
+
+async def test_receiver_on_webhook_socket_takes_deliveries_with_a_small_kernel_buffer(
+    http: aiohttp.ClientSession, make_body: BodyFactory
+) -> None:
+    recorder = Recorder()
+    runner = web.AppRunner(create_webhook_app(recorder, token=TOKEN))
+    await runner.setup()
+    sock = webhook_socket("127.0.0.1", 0)
+    try:
+        # Linux doubles SO_RCVBUF for its bookkeeping; the default is about 128 KiB.
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) <= 4 * DEFAULT_RECEIVE_BUFFER
+        await web.SockSite(runner, sock).start()
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/webhooks"
+        big = "x" * 30_000  # a 60 kB body still arrives whole through the small window
+
+        assert await post(http, url, make_body(updated_value=big)) == (200, "handled")
+    finally:
+        await runner.cleanup()
+
+    assert recorder.events[0].updated_value == big
