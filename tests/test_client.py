@@ -51,7 +51,12 @@ def mock() -> Any:
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("SHIPPING_ACCESS_TOKEN", "SHIPPING_BASE_URL", "SHIPPING_LOG"):
+    for name in (
+        "SHIPPING_ACCESS_TOKEN",
+        "SHIPPING_BASE_URL",
+        "SHIPPING_LOG",
+        "SHIPPING_CLOCK_SPEED",
+    ):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -414,3 +419,11 @@ async def test_an_answer_a_client_middleware_already_read_is_still_decoded() -> 
             "https://example.com/hook", ["shipment.updated.status"]
         )
         assert (await client.webhooks.get(created.id)).target_url == "https://example.com/hook"
+
+
+async def test_the_clock_speed_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SHIPPING_CLOCK_SPEED", "250")
+    assert make_client(clock=None).clock.speed == 250  # type: ignore[attr-defined]
+    monkeypatch.setenv("SHIPPING_CLOCK_SPEED", "fast")
+    with pytest.raises(ConfigurationError, match="SHIPPING_CLOCK_SPEED"):
+        make_client(clock=None)

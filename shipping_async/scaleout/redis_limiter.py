@@ -145,7 +145,6 @@ class RedisOrderLimiter:
             self._store,
             self._reserve,
             held=self._held,
-            release=lambda permit: self.release(permit, sent=False),
             account=account,
             clock=self._clock,
             lease=self._lease,
@@ -225,15 +224,11 @@ class RedisOrderLimiter:
         """A permit from the reserve, made to count for a full lease; ``None`` if none."""
         while (ready := self._reserve.take()) is not None:
             self._held.discard(ready.id)
-            try:
-                taken = await self._store.take(ready.id, lease=self._lease)
-            except RedisError:
-                taken = None  # it frees itself soon; the pump says why Redis is away
-            except asyncio.CancelledError:
-                self._held.add(ready.id)
-                await asyncio.shield(self.release(ready, sent=False))
-                raise
-            if taken is not None:  # else expired in Redis, or paused by a 429
+            taking = self._queue.take(ready.id)  # with the other takes of this tick
+            self._ensure_pump()
+            # Cancelled, the pump finds the future done and gives the permit back.
+            taken = await taking
+            if taken is not None:  # else expired in Redis, paused by a 429, or Redis away
                 self._held.add(taken)
                 return Permit(id=taken, acquired_at=self._clock.monotonic())
         return None
@@ -241,9 +236,11 @@ class RedisOrderLimiter:
     async def release(self, permit: Permit, *, sent: bool) -> None:
         """Give a permit back: ``sent=True`` if the request may have reached the server.
 
-        Never raises for Redis trouble (it runs on the path of an order's answer): a
-        release that cannot be written is logged and left to the permit's lease, which
-        covers the request's timeout + window + margin.
+        Written to Redis with the next round trip of this process for the account (an
+        unsent permit at once, a sent one within 1 % of a window), so the releases of
+        many orders share calls. Never raises for Redis trouble (it runs on the path of an
+        order's answer): a release that cannot be written is logged and left to the
+        permit's lease, which covers the request's timeout + window + margin.
         """
         try:
             self._held.remove(permit.id)
@@ -252,19 +249,10 @@ class RedisOrderLimiter:
                 f"permit {permit.id} is not held by {self!r}: released twice, or "
                 "acquired from another limiter"
             ) from None
-        try:
-            await self._store.release(permit.id, sent=sent)
-        except RedisError as exc:
-            _log.warning(
-                "order limiter for account %s: could not release a permit in Redis (%s); "
-                "its lease frees it in at most %g s",
-                self._account,
-                exc,
-                self._lease + self.window + self.margin,
-            )
-            return
-        if not sent:
-            self._queue.kick()  # a permit is free now: the head need not sleep on
+        written = self._queue.release(permit.id, sent=sent)
+        self._ensure_pump()
+        if written is not None:  # free for others now: return once it is
+            await asyncio.shield(written)
 
     async def pause(
         self, seconds: float, *, limit: int | None = None, window: float | None = None
@@ -293,7 +281,13 @@ class RedisOrderLimiter:
 
     async def in_use(self) -> int:
         """How many permits of the account count right now, in every process."""
-        return await self._store.count(lease=self._lease)
+        releases = self._queue.drain_outbox()
+        try:
+            return await self._store.count(lease=self._lease, releases=releases)
+        except RedisError:
+            for permit_id, sent in releases:  # written with the pump's next round trip
+                self._queue.release(permit_id, sent=sent)
+            raise
 
     async def aclose(self) -> None:
         """Stop waiting, give back permits fetched ahead, close a pool this limiter made."""
@@ -302,7 +296,20 @@ class RedisOrderLimiter:
             await asyncio.gather(self._pump, return_exceptions=True)
         self._queue.cancel_all()
         for permit in self._reserve.clear():
-            await self.release(permit, sent=False)
+            self._held.discard(permit.id)
+            self._queue.release(permit.id, sent=False)
+        releases = self._queue.drain_outbox()
+        if releases:
+            try:
+                await self._store.sync(releases=releases, lease=self._lease)
+            except RedisError as exc:
+                _log.warning(
+                    "order limiter for account %s: could not release %d permit(s) in Redis "
+                    "(%s); their lease frees them",
+                    self._account,
+                    len(releases),
+                    exc,
+                )
         if self._owned_client is not None:
             client, self._owned_client = self._owned_client, None
             await client.aclose()
