@@ -94,8 +94,18 @@ class PostgresJournal(JournalStore):
     :meth:`open` (or ``shipping-async journal init``).
     """
 
-    def __init__(self, pool: asyncpg.Pool, schema: str, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        schema: str,
+        *,
+        clock: Clock | None = None,
+        lease_pool: asyncpg.Pool | None = None,
+    ) -> None:
         self._pool = pool
+        # Lease renewals on a connection of their own: never queued behind job writes
+        # waiting for a connection of ``pool`` (a lapsed lease stops a job mid-way).
+        self._lease_pool = lease_pool or pool
         self.schema = schema
         # Clock seconds per real second: leases run on the database's real clock.
         self._speed = clock.from_real(1.0) if clock is not None else 1.0
@@ -117,6 +127,11 @@ class PostgresJournal(JournalStore):
             dsn, min_size=min_size, max_size=max_size, reset=_keep_session
         )
         try:
+            lease_pool = await asyncpg.create_pool(dsn, min_size=1, max_size=1, reset=_keep_session)
+        except BaseException:
+            await pool.close()
+            raise
+        try:
             async with pool.acquire() as connection:
                 await migrate(connection, schema)
                 newest = await connection.fetchval(
@@ -124,14 +139,16 @@ class PostgresJournal(JournalStore):
                 )
         except BaseException:
             await pool.close()
+            await lease_pool.close()
             raise
         if newest > LATEST_VERSION:
             await pool.close()
+            await lease_pool.close()
             raise JournalError(
                 f"journal schema {schema} is at version {newest}, newer than this "
                 f"shipping-async knows ({LATEST_VERSION}): upgrade shipping-async"
             )
-        return cls(pool, schema, clock=clock)
+        return cls(pool, schema, clock=clock, lease_pool=lease_pool)
 
     # -- the Journal protocol ------------------------------------------------------------
 
@@ -208,7 +225,7 @@ class PostgresJournal(JournalStore):
 
     async def renew(self, claims: Mapping[str, str], *, lease: float) -> set[str]:
         # The token alone decides: a lapsed lease nobody claimed since is taken back.
-        rows = await self._pool.fetch(
+        rows = await self._lease_pool.fetch(
             f"UPDATE {self._jobs} AS j SET lease_until = now() + make_interval(secs => $3) "
             "FROM unnest($1::text[], $2::text[]) AS c(key, token) "
             "WHERE j.key = c.key AND j.claim_token = c.token RETURNING j.key",
@@ -290,6 +307,8 @@ class PostgresJournal(JournalStore):
         if not self._closed:
             self._closed = True
             await self._pool.close()
+            if self._lease_pool is not self._pool:
+                await self._lease_pool.close()
 
     # -- beyond the protocol: what many workers and the status command need --------------
 

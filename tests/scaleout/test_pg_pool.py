@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -31,3 +32,15 @@ async def test_released_connections_are_not_reset(journal: PostgresJournal) -> N
     assert [record.key for record in claimed] == ["pool-1"]
     assert sent  # the logger saw the journal's statements
     assert not [query for query in sent if "RESET ALL" in query or "UNLISTEN" in query]
+
+
+async def test_a_renewal_does_not_wait_for_a_busy_pool(journal: PostgresJournal) -> None:
+    await journal.add([make_job("pool-2")])
+    (claimed,) = await journal.claim("w1", lease=30.0, limit=1)
+    assert claimed.claim_token is not None
+    # Every connection of the journal's pool is taken, as by job writes under load.
+    async with journal._pool.acquire():
+        renewed = await asyncio.wait_for(
+            journal.renew({claimed.key: claimed.claim_token}, lease=30.0), 2.0
+        )
+    assert renewed == {"pool-2"}
