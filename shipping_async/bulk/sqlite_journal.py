@@ -58,6 +58,7 @@ from shipping_async.bulk._sqlite_rows import (
 )
 from shipping_async.bulk.jobs import ShipmentJob
 from shipping_async.bulk.journal import (
+    FINISHED_STATES,
     WORKABLE_STATES,
     JobFields,
     JobRecord,
@@ -235,6 +236,20 @@ class SQLiteJournal(JournalStore):
 
     async def order_intent_ages(self, *, within: float, account: str | None = None) -> list[float]:
         return await self._read(functools.partial(intent_ages, within=within, account=account))
+
+    async def accounts_with_work(self, *, retry_failed: bool = False) -> list[str]:
+        """Accounts that have jobs not finished yet (leased or not)."""
+        unfinished = [state.value for state in JobState if state not in FINISHED_STATES]
+
+        def read(db: sqlite3.Connection) -> list[str]:
+            sql = f"SELECT DISTINCT account FROM jobs WHERE state IN ({placeholders(unfinished)})"
+            params: list[Any] = [*unfinished]
+            if retry_failed:
+                sql += " OR (state = ? AND retryable = 1)"
+                params.append(JobState.FAILED.value)
+            return [row[0] for row in db.execute(sql + " ORDER BY account", params)]
+
+        return await self._read(read)
 
     async def counts(self) -> dict[JobState, int]:
         def count(db: sqlite3.Connection) -> dict[JobState, int]:

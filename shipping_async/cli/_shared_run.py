@@ -1,7 +1,7 @@
 """What ``worker`` and ``bulk --journal postgresql://...`` share: a worker run on a shared journal.
 
 Builds the run from the command line: the clock (scaled for a sandbox), the journal, one
-client and order limiter per account, the :class:`~shipping_async.scaleout.worker.Worker`;
+client and order limiter per account, the :class:`~shipping_async.bulk.worker.Worker`;
 shows progress, writes results, prints the summary per account and the jobs to
 reconcile. Ctrl-C (or SIGTERM) stops gracefully; a second one aborts.
 """
@@ -102,7 +102,7 @@ class _SharedRun:
         from shipping_async.bulk.journal import JournalError
         from shipping_async.scaleout.accounts import AccountClients, AccountConfigError
         from shipping_async.scaleout.factory import open_journal, open_limiter
-        from shipping_async.scaleout.worker import Worker
+        from shipping_async.bulk.worker import Worker
 
         args, speed = self.args, self.speed
         clock: Clock = ScaledClock(speed) if speed != 1.0 else SystemClock()

@@ -13,10 +13,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 
 from shipping_async.bulk._gate import OrderGate
+from shipping_async.bulk._leases import Claims
 from shipping_async.bulk.choice import cheapest
 from shipping_async.bulk.journal import JobRecord, JobState, LeaseLostError
 from shipping_async.bulk.pipeline import JobPipeline
 from shipping_async.bulk.sqlite_journal import SQLiteJournal
+from shipping_async.bulk.worker import Worker
 from shipping_async.clock import ManualClock
 from tests.bulk.fakes import FakeAPI, rate_limited
 from tests.bulk.support import make_job
@@ -202,3 +204,39 @@ async def _is(journal: SQLiteJournal, key: str, state: JobState) -> bool:
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def test_a_lone_worker_whose_leases_lapse_finishes_every_job_once_and_loses_none(
+    clock: ManualClock, journal: SQLiteJournal
+) -> None:
+    # The runner on a SQLite journal, draining it as a worker does; the heartbeat is
+    # stuck (a frozen journal), so every lease lapses while the jobs wait for permits.
+    api = FakeAPI(clock, limit=2)
+    keys = [f"L-{index}" for index in range(6)]
+    await journal.add([make_job(key) for key in keys])
+    worker = Worker(journal, lambda account: api, lease=LEASE, clock=clock, concurrency=4)
+    worker.runner.claims = _StuckClaims(journal, clock, LEASE)
+    results: list[str] = []
+
+    async def drain() -> None:
+        async for result in worker.run():
+            results.append(result.key)
+
+    task = asyncio.create_task(drain())
+    for _ in range(600):
+        await settle()
+        if task.done():
+            break
+        clock.advance(1)
+    await task
+    assert sorted(results) == keys
+    assert api.created == dict.fromkeys(keys, 1)
+    assert worker.unfinished == {}
+    assert (await journal.counts())[JobState.DONE] == len(keys)
+
+
+class _StuckClaims(Claims):
+    """Leases that are never renewed by the heartbeat."""
+
+    async def heartbeat(self) -> None:
+        await asyncio.Event().wait()

@@ -18,7 +18,7 @@ from shipping_async.sandbox import SandboxServer
 from shipping_async.scaleout.accounts import AccountClients, AccountConfigError
 from shipping_async.scaleout.factory import open_limiter
 from shipping_async.scaleout.postgres_journal import PostgresJournal
-from shipping_async.scaleout.worker import Worker
+from shipping_async.bulk.worker import Worker
 
 from .conftest import POSTGRES_DSN, REDIS_URL
 from .support import make_job

@@ -1,0 +1,100 @@
+"""The runner's leases: the claims it holds, their renewal, and settling a job that crashed.
+
+Every job the runner works on is held under one claim (its token, see
+:mod:`shipping_async.bulk.journal`). :class:`Claims` keeps them; :meth:`Claims.heartbeat`
+renews them all in one journal call every third of the lease, as a side task that the
+runner watches (it never fails silently: a renewal that errs is logged, and the next beat
+tries again while the lease has slack). A renewal also takes back a lease that lapsed
+while nobody claimed the job since; a job claimed again by somebody else is left to its
+task, which finds its next write refused and stops quietly.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from shipping_async.bulk.journal import JobRecord, JobState, Journal, LeaseLostError
+from shipping_async.bulk.results import Stage
+from shipping_async.clock import Clock
+
+__all__ = ["NEXT_STAGE", "Claims", "settle_crash"]
+
+_log = logging.getLogger("shipping_async.bulk.runner")
+
+#: The stage a job in each state goes on with (where a crash in it is reported).
+NEXT_STAGE = {
+    JobState.PENDING: Stage.QUOTE,
+    JobState.QUOTED: Stage.ORDER,
+    JobState.ORDERING: Stage.ORDER,
+    JobState.ORDERED: Stage.WAYBILL,
+    JobState.WAYBILLED: Stage.PICKUP,
+}
+
+
+class Claims:
+    """The claims one runner holds (key -> claim token), and their renewal."""
+
+    __slots__ = ("_clock", "_held", "_journal", "_lease")
+
+    def __init__(self, journal: Journal, clock: Clock, lease: float) -> None:
+        self._journal = journal
+        self._clock = clock
+        self._lease = lease  # seconds of the clock
+        self._held: dict[str, str] = {}
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._held
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def keys(self) -> list[str]:
+        return list(self._held)
+
+    def hold(self, record: JobRecord) -> None:
+        assert record.claim_token is not None
+        self._held[record.key] = record.claim_token
+
+    def drop(self, key: str) -> None:
+        self._held.pop(key, None)
+
+    async def heartbeat(self) -> None:
+        """Renew every held lease every third of the lease, until cancelled."""
+        while True:
+            await self._clock.sleep(self._lease / 3)
+            claims = dict(self._held)
+            if not claims:
+                continue
+            try:
+                held = await self._journal.renew(claims, lease=self._lease)
+            except Exception as exc:  # the next beat tries again; the lease has slack
+                _log.warning("could not renew %d leases (%s); retrying", len(claims), exc)
+                continue
+            for key in claims.keys() - held:
+                if self._held.get(key) == claims[key]:
+                    _log.info("job %s: claimed again elsewhere; its task will stop", key)
+
+
+async def settle_crash(journal: Journal, record: JobRecord, exc: Exception) -> JobRecord | None:
+    """Record a job whose task failed unexpectedly: ``FAILED`` at its next stage, or
+    ``UNKNOWN`` when it was ordering (the order may exist).
+
+    Re-reads the job first: a created order is never turned into a failure, and a claim
+    gone stale settles nothing (``None``: the job belongs to a later claim).
+    """
+    current = await journal.get(record.key)
+    if current is None or current.claim_token != record.claim_token:
+        return None
+    assert record.claim_token is not None
+    # Ordering: the order may have been sent.
+    state = JobState.UNKNOWN if current.state is JobState.ORDERING else JobState.FAILED
+    try:
+        return await journal.finish(
+            record.claim_token,
+            record.key,
+            state,
+            error=f"unexpected {type(exc).__name__}: {exc}",
+            error_stage=NEXT_STAGE.get(current.state, Stage.QUOTE).value,
+        )
+    except LeaseLostError:
+        return None

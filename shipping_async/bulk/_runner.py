@@ -1,0 +1,446 @@
+"""THE run engine: a lane per account; claim -> ship -> settle; stop; fed by a batch or draining.
+
+:class:`Runner` is what ``bulk``, ``worker`` and :class:`~shipping_async.bulk.BulkShipper`
+run (the latter two, :class:`~shipping_async.bulk.worker.Worker` and ``BulkShipper``, are
+façades over it). Its seams, for whoever builds on it:
+
+- **The journal protocol** (:class:`~shipping_async.bulk.journal.Journal`): every job is
+  claimed before it is worked on and every write names the claim's token, on SQLite as on
+  PostgreSQL. A task whose claim went stale stops quietly (logged at INFO with the key).
+- **A job source.** :meth:`Runner.drain` claims every workable job of every account that
+  has work, polling until none is left (a worker). :meth:`Runner.run` takes a ``feed``
+  coroutine instead, which adds jobs to the journal and hands their keys over with
+  :meth:`Runner.want` (a batch, a queue); the runner claims exactly those and ends once
+  the feed has returned and every wanted job is settled.
+- **Per-job results** are yielded as each job finishes.
+- :meth:`Runner.stop` returns at once: nothing more is claimed, no new order starts, and
+  what was sent finishes; jobs not started are released untouched.
+
+Each account gets a *lane*: its client (token, order limiter), a
+:class:`~shipping_async.bulk.pipeline.JobPipeline` and its order gate, and ``concurrency``
+places. One task per job: a lane never claims a job the runner is still working on. One
+heartbeat renews every lease of the runner in one journal call (see
+:mod:`shipping_async.bulk._leases`); it is a watched side task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Protocol, runtime_checkable
+
+from shipping_async.bulk._gate import OrderGate
+from shipping_async.bulk._leases import Claims, settle_crash
+from shipping_async.bulk._recent_orders import hold_recent_orders
+from shipping_async.bulk.choice import EstimateChooser, cheapest
+from shipping_async.bulk.journal import JobRecord, Journal, LeaseLostError
+from shipping_async.bulk.pipeline import JobPipeline, ShippingClient, Stopped
+from shipping_async.bulk.progress import RunProgress
+from shipping_async.bulk.results import ShipmentResult
+from shipping_async.clock import Clock
+from shipping_async.errors import ShippingError
+
+__all__ = ["DrainableJournal", "Runner", "new_worker_id"]
+
+_log = logging.getLogger("shipping_async.bulk.runner")
+
+#: ``Runner.run``'s job source: given the runner, adds jobs and hands them over.
+Feed = Callable[["Runner"], Awaitable[None]]
+
+
+@runtime_checkable
+class DrainableJournal(Journal, Protocol):
+    """A journal :meth:`Runner.drain` can work through: it lists the accounts with work."""
+
+    async def accounts_with_work(self, *, retry_failed: bool = False) -> list[str]:
+        """Accounts that have jobs not finished yet (leased or not)."""
+        ...
+
+
+def new_worker_id() -> str:
+    """A worker id unique per process and run: ``host:pid:random``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class Runner:
+    """Claims, ships and settles jobs of ``journal``, one lane per account.
+
+    ``client_for(account)`` gives each lane's client; ``one_lane=True`` runs every
+    account in one lane (one client and limiter for all, as :class:`BulkShipper` does).
+    ``lease`` is in real seconds at any clock speed: it guards against real failures.
+    ``concurrency`` bounds the jobs in flight per lane (and, for a fed run, the jobs
+    handed over and not yet settled).
+    """
+
+    def __init__(
+        self,
+        journal: Journal,
+        client_for: Callable[[str], ShippingClient],
+        *,
+        clock: Clock,
+        concurrency: int = 32,
+        lease: float = 60.0,
+        choose: EstimateChooser | None = None,
+        estimate_validity: float | None = None,
+        retry_failed: bool = False,
+        worker_id: str | None = None,
+        quote_ahead: int | None = None,
+        one_lane: bool = False,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency: must be >= 1, got {concurrency}")
+        if lease <= 0:
+            raise ValueError(f"lease: must be > 0 seconds, got {lease}")
+        self.journal = journal
+        self.client_for = client_for
+        self.clock = clock
+        self.concurrency = concurrency
+        self.lease = clock.from_real(lease)  # journals and sleeps take the clock's seconds
+        self.poll = self.lease / 10
+        self.choose = choose or cheapest()
+        self.estimate_validity = estimate_validity
+        self.retry_failed = retry_failed
+        self.worker_id = worker_id or new_worker_id()
+        self.quote_ahead = quote_ahead
+        self.one_lane = one_lane
+        self.progress = RunProgress()
+        self.claims = Claims(journal, clock, self.lease)
+        #: Jobs this run left unfinished (stopped, claimed elsewhere), by key: why.
+        self.unfinished: dict[str, str] = {}
+        self.stop_event = asyncio.Event()
+        self._results: asyncio.Queue[ShipmentResult | None] = asyncio.Queue(concurrency)
+        self._lanes: dict[str, _Lane] = {}
+        #: Lanes whose limiter holds the journal's recent orders (done once per limiter).
+        self.remembered: set[str] = set()
+        self._slots = asyncio.Semaphore(concurrency)
+        self._fed: set[str] = set()  # handed over by the feed, not settled yet
+        self._fed_run = False  # run(feed), not drain()
+        self._feeding = False  # the feed has not returned yet
+        self._tasks: asyncio.TaskGroup | None = None
+
+    # -- control ---------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop gracefully (returns at once): claim nothing more, start no more orders,
+        finish what is sent; jobs not started stay in the journal as they are."""
+        self.stop_event.set()
+        for lane in self._lanes.values():
+            lane.wake.set()
+
+    @property
+    def stopping(self) -> bool:
+        """True once :meth:`stop` was called."""
+        return self.stop_event.is_set()
+
+    # -- job sources -----------------------------------------------------------------------
+
+    async def drain(self) -> AsyncIterator[ShipmentResult]:
+        """Work until no account of the journal has unfinished jobs; yields each result."""
+        async for result in self._run(self._supervise()):
+            yield result
+
+    async def run(self, feed: Feed) -> AsyncIterator[ShipmentResult]:
+        """Work on the jobs ``feed`` hands over (:meth:`want`); yields each result."""
+        self._fed_run = self._feeding = True
+        async for result in self._run(self._fed_by(feed)):
+            yield result
+
+    async def enter(self) -> None:
+        """For a feed: wait for room for one more job (``concurrency`` unsettled at most)."""
+        await self._slots.acquire()
+
+    async def report(self, result: ShipmentResult) -> None:
+        """For a feed: a job settled without being worked on (invalid, finished before)."""
+        self._slots.release()
+        await self._results.put(result)
+
+    def leave(self) -> None:
+        """For a feed: give back the room :meth:`enter` took, for a job not handed over."""
+        self._slots.release()
+
+    @property
+    def full(self) -> bool:
+        """For a feed: no room for another job right now."""
+        return self._slots.locked()
+
+    def handed(self, key: str) -> bool:
+        """For a feed: ``key`` was handed over and is not settled yet."""
+        return key in self._fed
+
+    def want(self, records: Sequence[JobRecord]) -> None:
+        """For a feed: work on these jobs (each had :meth:`enter`)."""
+        assert self._tasks is not None, "want() is for the feed of a running run()"
+        for record in records:
+            self._fed.add(record.key)
+            self._lane("" if self.one_lane else record.account).want(record.key)
+
+    # -- internals -------------------------------------------------------------------------
+
+    async def _run(self, source: Awaitable[None]) -> AsyncIterator[ShipmentResult]:
+        async with asyncio.TaskGroup() as tasks:
+            self._tasks = tasks
+            heartbeat = tasks.create_task(self._watched("lease renewal", self.claims.heartbeat()))
+            main = tasks.create_task(self._until_done(source))
+            while (result := await self._results.get()) is not None:
+                yield result
+            await main
+            heartbeat.cancel()
+
+    async def _until_done(self, source: Awaitable[None]) -> None:
+        try:
+            await source
+            await asyncio.gather(*(lane.task for lane in self._lanes.values() if lane.task))
+        finally:
+            await self._results.put(None)
+
+    async def _watched(self, name: str, side: Awaitable[None]) -> None:
+        """A side task that must not fail silently: a failure is logged and stops the run."""
+        try:
+            await side
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            _log.exception("%s failed; stopping the run", name)
+            self.stop()
+
+    async def _fed_by(self, feed: Feed) -> None:
+        try:
+            await feed(self)
+        finally:
+            self._feeding = False
+            for lane in self._lanes.values():
+                lane.wake.set()
+
+    async def _supervise(self) -> None:
+        """Keep a lane per account with work; return once every lane has ended."""
+        journal = self.journal
+        assert isinstance(journal, DrainableJournal), "drain() needs accounts_with_work()"
+        unusable: set[str] = set()  # no client (no token): left to other workers
+        while not self.stopping:
+            listed = await journal.accounts_with_work(retry_failed=self.retry_failed)
+            accounts = [account for account in listed if account not in unusable]
+            for account in accounts:
+                try:
+                    self._lane(account)
+                except (ShippingError, ValueError) as exc:  # no token, bad base URL
+                    _log.error("account %r: %s; its jobs are left to other workers", account, exc)
+                    unusable.add(account)
+            running = [lane.task for lane in self._lanes.values() if lane.task and not lane.done]
+            if not running and not set(accounts) - unusable:
+                return
+            # Look again when a lane ends, at the next poll (accounts added meanwhile by a
+            # bulk run), or on stop.
+            await _first(
+                asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED) if running else None,
+                self.clock.sleep(self.poll),
+                self.stop_event.wait(),
+            )
+
+    def _lane(self, name: str) -> _Lane:
+        """The running lane ``name``, started if needed."""
+        lane = self._lanes.get(name)
+        if lane is None or lane.done:
+            lane = _Lane(self, name, lane)
+            self._lanes[name] = lane
+            assert self._tasks is not None
+            lane.task = self._tasks.create_task(lane.run())
+        return lane
+
+    async def _settled(self, key: str, result: ShipmentResult | None, why: str = "") -> None:
+        """A job's task ended: its result, or (``None``) left unfinished for ``why``."""
+        self.claims.drop(key)
+        fed = key in self._fed
+        self._fed.discard(key)
+        if result is None:
+            self.unfinished[key] = why
+            self.progress.forget(key)
+            if fed:
+                self._slots.release()
+            return
+        self.unfinished.pop(key, None)
+        if fed:
+            self._slots.release()
+        await self._results.put(result)
+
+    async def _unclaimed(self, key: str) -> None:
+        """A wanted job the claim did not return: finished meanwhile, or someone else's."""
+        record = await self.journal.get(key)
+        if record is not None and record.finished and not self._retrying(record):
+            self.progress.resumed += 1
+            self._fed.discard(key)
+            await self.report(ShipmentResult.from_record(record, resumed=True))
+        else:
+            _log.warning("job %s is being worked on by another worker; left to it", key)
+            await self._settled(key, None, "worked on by another worker")
+
+    def _retrying(self, record: JobRecord) -> bool:
+        return self.retry_failed and record.retryable and record.state.value == "failed"
+
+
+class _Lane:
+    """One account's work in one runner: its client, pipeline and gate, its claimed jobs."""
+
+    def __init__(self, runner: Runner, name: str, before: _Lane | None) -> None:
+        self.runner = runner
+        self.name = name
+        self.client = runner.client_for(name)
+        self.places = asyncio.Semaphore(runner.concurrency)
+        self.wake = asyncio.Event()
+        self.active: set[str] = set()
+        self.wanted: deque[str] = before.wanted if before is not None else deque()
+        self.task: asyncio.Task[None] | None = None
+        limiter = self.client.order_limiter
+        clock = self.client.clock
+        gate = OrderGate(limiter, clock, runner.stop_event)
+        attach_gate = getattr(limiter, "attach_gate", None)
+        if attach_gate is not None:  # a shared limiter fetching permits ahead for the gate
+            attach_gate(gate)
+        self.pipeline = JobPipeline(
+            self.client,
+            runner.journal,
+            choose=runner.choose,
+            gate=gate,
+            # One rate window's worth of quoted jobs waits for order slots, no more: an
+            # estimate waits at most about one window before it is ordered.
+            quote_ahead=runner.quote_ahead or limiter.limit,
+            lease=runner.lease,
+            estimate_validity=runner.estimate_validity,
+            observe=lambda record: runner.progress.observe(record, clock.monotonic()),
+        )
+
+    @property
+    def done(self) -> bool:
+        return self.task is not None and self.task.done()
+
+    def want(self, key: str) -> None:
+        self.wanted.append(key)
+        self.wake.set()
+
+    async def run(self) -> None:
+        """Claim, ship and settle until the lane has nothing left or the runner stops."""
+        runner = self.runner
+        if self.name not in runner.remembered:  # a previous process's orders still count
+            runner.remembered.add(self.name)
+            account = None if runner.one_lane else self.name
+            await hold_recent_orders(
+                runner.journal, self.client.order_limiter, self.client.clock, account=account
+            )
+        async with asyncio.TaskGroup() as jobs:
+            while not runner.stopping:
+                self.wake.clear()
+                free = await self._free_places()
+                claimed = await self._claim(free)
+                for _ in range(free - len(claimed)):
+                    self.places.release()
+                for record in claimed:
+                    self.active.add(record.key)
+                    runner.claims.hold(record)
+                    runner.progress.observe(record, self.client.clock.monotonic())
+                    jobs.create_task(self._work(record))
+                if claimed and len(claimed) == free:
+                    continue  # there may be more at once
+                if await self._finished():
+                    break
+                waits: list[Awaitable[object] | None] = [self.wake.wait()]
+                if not runner._fed_run:  # others' jobs come free only when their lease ends
+                    waits.append(runner.clock.sleep(runner.poll))
+                await _first(*waits)
+        if not runner.stopping:
+            return
+        for key in self.wanted:  # handed over, never started
+            await runner._settled(key, None, "stopped")
+        self.wanted.clear()
+
+    async def _free_places(self) -> int:
+        """Wait for one free place, then take every other free one."""
+        await self.places.acquire()
+        free = 1
+        while not self.places.locked():
+            await self.places.acquire()
+            free += 1
+        return free
+
+    async def _claim(self, free: int) -> list[JobRecord]:
+        runner = self.runner
+        if runner.stopping:
+            return []
+        if not runner._fed_run:
+            return await runner.journal.claim(
+                runner.worker_id,
+                lease=runner.lease,
+                limit=free,
+                account=self.name,
+                retry_failed=runner.retry_failed,
+                exclude=list(self.active),  # one task per job in this process
+            )
+        keys = [self.wanted.popleft() for _ in range(min(free, len(self.wanted)))]
+        if not keys:
+            return []
+        claimed = await runner.journal.claim(
+            runner.worker_id,
+            lease=runner.lease,
+            limit=len(keys),
+            keys=keys,
+            retry_failed=runner.retry_failed,
+            exclude=list(self.active),
+        )
+        taken = {record.key for record in claimed}
+        for key in keys:
+            if key not in taken:  # leased elsewhere, or found mid-order and now UNKNOWN
+                await runner._unclaimed(key)
+        return claimed
+
+    async def _finished(self) -> bool:
+        runner = self.runner
+        if self.active:
+            return False
+        if runner._fed_run:
+            return not runner._feeding and not self.wanted
+        journal = runner.journal
+        assert isinstance(journal, DrainableJournal)
+        return self.name not in await journal.accounts_with_work(retry_failed=runner.retry_failed)
+
+    async def _work(self, record: JobRecord) -> None:
+        key, runner = record.key, self.runner
+        result: ShipmentResult | None = None
+        why = ""
+        try:
+            final = await self.pipeline.ship(record)
+        except Stopped:
+            assert record.claim_token is not None
+            await runner.journal.release({key: record.claim_token})
+            why = "stopped"
+        except LeaseLostError as exc:
+            _log.info("job %s: its claim went stale; left to the current claim (%s)", key, exc)
+            why = "claimed again elsewhere"
+        except Exception as exc:  # a bug in one job must not stop the others
+            _log.exception("job %s failed unexpectedly", key)
+            settled = await settle_crash(runner.journal, record, exc)
+            if settled is None:
+                why = "claimed again elsewhere"
+            else:
+                runner.progress.observe(settled, self.client.clock.monotonic())
+                result = ShipmentResult.from_record(settled)
+        else:
+            result = ShipmentResult.from_record(final)
+        finally:
+            self.active.discard(key)
+            self.places.release()
+            self.wake.set()
+        await runner._settled(key, result, why)
+
+
+async def _first(*awaitables: Awaitable[object] | None) -> None:
+    """Wait until the first of ``awaitables`` finishes; cancel the others."""
+    tasks = [asyncio.ensure_future(item) for item in awaitables if item is not None]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
