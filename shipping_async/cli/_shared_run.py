@@ -100,9 +100,9 @@ class _SharedRun:
 
     async def main(self, enqueue: str | None) -> int:
         from shipping_async.bulk.journal import JournalError
+        from shipping_async.bulk.worker import Worker
         from shipping_async.scaleout.accounts import AccountClients, AccountConfigError
         from shipping_async.scaleout.factory import open_journal, open_limiter
-        from shipping_async.bulk.worker import Worker
 
         args, speed = self.args, self.speed
         clock: Clock = ScaledClock(speed) if speed != 1.0 else SystemClock()

@@ -13,12 +13,12 @@ from collections.abc import AsyncIterator
 import pytest
 
 from shipping_async.bulk.journal import JobState
+from shipping_async.bulk.worker import Worker
 from shipping_async.clock import ScaledClock
 from shipping_async.sandbox import SandboxServer
 from shipping_async.scaleout.accounts import AccountClients, AccountConfigError
 from shipping_async.scaleout.factory import open_limiter
 from shipping_async.scaleout.postgres_journal import PostgresJournal
-from shipping_async.bulk.worker import Worker
 
 from .conftest import POSTGRES_DSN, REDIS_URL
 from .support import make_job
