@@ -88,9 +88,9 @@ async def acquire_within(
     """A permit, or :class:`WaitExpired` when ``deadline`` (``clock.monotonic()``) passes."""
     if deadline is None:
         return await limiter.acquire(front=front)
-    remaining = deadline - clock.monotonic()
-    if remaining <= 0:
-        raise WaitExpired
+    # Never below zero: max_wait=0 still takes a permit that is free right now (a free
+    # permit is granted before the alarm task first runs).
+    remaining = max(0.0, deadline - clock.monotonic())
     loop = asyncio.get_running_loop()
     try:
         async with asyncio.timeout(None) as bound:

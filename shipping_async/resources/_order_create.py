@@ -16,6 +16,7 @@ The flow of :meth:`Orders.create <shipping_async.resources.orders.Orders.create>
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 from collections.abc import Callable
@@ -155,7 +156,7 @@ async def create_order(
     assert reference is not None
     ledger = client.order_ledger
     if ledger is not None:
-        entry = await ledger.claim(reference)
+        entry = await _claim(ledger, reference)
         if entry is not None:
             return await _replay(client, entry, operation, decode)
     answers: list[bytes] = []
@@ -187,6 +188,22 @@ async def create_order(
     if ledger is not None:
         await run_to_the_end(ledger.record_order(reference, order.id, answers[-1]))
     return order
+
+
+async def _claim(ledger: OrderLedger, reference: str) -> LedgerEntry | None:
+    """``ledger.claim``, and a claim made for a caller cancelled meanwhile given back."""
+    claim = asyncio.ensure_future(ledger.claim(reference))
+    try:
+        return await asyncio.shield(claim)
+    except asyncio.CancelledError:
+        # The store may have written the claim anyway: if it is ours, nothing was sent,
+        # so free the reference (else it would stay "in flight" for good).
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await run_to_the_end(asyncio.wait([claim]))
+            ours = not claim.cancelled() and claim.exception() is None and claim.result() is None
+            if ours:
+                await run_to_the_end(ledger.forget(reference))
+        raise
 
 
 async def _replay(

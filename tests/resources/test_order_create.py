@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -317,3 +318,31 @@ async def test_a_wait_timeout_frees_the_reference(mock: aioresponses, tmp_path: 
             with pytest.raises(OrderWaitTimeoutError):
                 await c.orders.create(order_request(), max_wait=1)
         assert await ledger.get("PO-2026-0001") is None
+
+
+async def test_max_wait_zero_still_takes_a_free_permit(mock: aioresponses) -> None:
+    mock.post(ORDERS, status=201, payload={"order": order()})
+    clock = ManualClock()
+    async with make_client(clock=clock, order_limiter=RollingWindowLimiter(clock=clock)) as c:
+        assert (await c.orders.create(order_request(), max_wait=0)).id == 7001
+
+
+async def test_a_create_cancelled_while_claiming_gives_its_claim_back(
+    mock: aioresponses, tmp_path: Path
+) -> None:
+    busy = threading.Event()
+    async with await SQLiteOrderLedger.open(tmp_path / "orders.ledger") as ledger:
+        # The ledger's one thread is busy: the claim's transaction queues behind it and
+        # runs (shielded) after its caller was cancelled.
+        blocker = asyncio.get_running_loop().run_in_executor(ledger._executor, busy.wait)
+        async with make_client(order_ledger=ledger) as client:
+            task = asyncio.create_task(client.orders.create(order_request()))
+            await asyncio.sleep(0.01)
+            task.cancel()
+            await asyncio.sleep(0.01)
+            busy.set()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        await blocker
+        assert await ledger.get("PO-2026-0001") is None  # the reference is free again
+    assert calls(mock, "POST", "/orders") == 0
