@@ -211,7 +211,7 @@ def test_validation_names_every_problem_not_only_the_first() -> None:
 
 def test_a_valid_request_passes_unchanged() -> None:
     request = quote_request()
-    assert validate_request(request) is request
+    assert validate_request(request) == request
 
 
 # -- property: decoders never fail with anything but msgspec's errors ---------------------

@@ -8,6 +8,7 @@ import re
 import types
 import typing
 from datetime import UTC, date, datetime, time
+from decimal import Decimal
 from typing import Any, TypeVar
 
 import msgspec
@@ -193,26 +194,131 @@ _MSGSPEC_PATH = re.compile(r"^(?P<reason>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", r
 def validate_request(request: T) -> T:
     """Check a request against its declared types and constraints, before it is sent.
 
+    Returns the request to send: a copy equal to ``request`` in which values given in
+    their wire form (decimal text ``"120.50"``, ``"07-01-2026"``, ``"10:00"``) are parsed
+    into the model's types. A value of a type that cannot be sent at all (an arbitrary
+    object) raises ``TypeError``; anything else wrong raises ``RequestValidationError``.
+
     Raises ``RequestValidationError`` naming every bad field with its path, e.g.
     ``packages[0].width: Expected `float` > 0.0; packages[2].weight: ...``. The
     server's own 400 only ever says "Invalid input, object invalid", so this is the
     caller's one chance to learn which fields are wrong.
     """
-    problems = _problems(msgspec.to_builtins(request, enc_hook=enc_hook), type(request), "")
-    check = getattr(request, "check", None)
+    if not isinstance(request, msgspec.Struct):
+        raise TypeError(f"expected a request model, got {type(request).__name__}")
+    # A value of a type msgspec cannot encode at all (an open file, a set of objects) is
+    # a TypeError, the documented one: not a value the caller mistyped, a wrong object.
+    try:
+        wire = msgspec.to_builtins(request, enc_hook=enc_hook)
+    except NotImplementedError as exc:  # our enc_hook's word for "not a type we send"
+        raise TypeError(f"{type(request).__name__}: unsupported value: {exc}") from exc
+    problems = _wire_forms(wire, type(request), "")
+    problems.extend(_problems(wire, type(request), ""))
+    checked = request
+    if not problems:
+        # The checks run on the request as it will be sent: wire text already parsed.
+        checked = msgspec.convert(wire, type(request), dec_hook=dec_hook)
+    check = getattr(checked, "check", None)
     if check is not None:
         try:
             check()
         except RequestValidationError as exc:
-            problems.extend(exc.problems)
-        except (TypeError, ValueError, AttributeError):
+            named = {field for field, _ in problems}
+            problems.extend(item for item in exc.problems if item[0] not in named)
+        except (TypeError, ValueError, ArithmeticError, AttributeError):
             # A check on a value of the wrong type: that value is already named.
             if not problems:
                 raise
     if problems:
         field, reason = problems[0]
         raise RequestValidationError(field, reason, problems=problems)
-    return request
+    return checked
+
+
+# Wire forms a request accepts where the model holds a richer type (spec sections 2.3-2.8).
+_DECIMAL_TEXT = re.compile(r"[0-9]+(\.[0-9]+)?")
+_ISO_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
+#: Money above this is refused: no shipment is worth it, and a huge exponent would make
+#: the fixed-point text the spec asks for huge too.
+MAX_DECIMAL = 10**15
+MAX_DECIMAL_PLACES = 12
+
+
+def _decimal_text(value: Any) -> str:
+    """A money value as the spec's decimal text (``120.50``), or ``ValueError``."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ValueError(f"expected decimal text such as '120.50', got {type(value).__name__}")
+    if isinstance(value, str) and not _DECIMAL_TEXT.fullmatch(value):
+        # str(Decimal) may have written 1E+5 or -0: read it as a number, judge it below.
+        try:
+            number = Decimal(value)
+        except ArithmeticError:
+            raise ValueError(f"expected decimal text such as '120.50', got {value!r}") from None
+    else:
+        number = Decimal(repr(value) if isinstance(value, float) else value)
+    if not number.is_finite():
+        raise ValueError(f"must be a finite decimal, got {value!r}")
+    if number.is_signed():
+        raise ValueError(f"must be a decimal >= 0, got {value!r}")
+    if number >= MAX_DECIMAL:
+        raise ValueError(f"must be below {MAX_DECIMAL:.0e}, got {value!r}")
+    exponent = number.as_tuple().exponent
+    if isinstance(exponent, int) and exponent < -MAX_DECIMAL_PLACES:
+        raise ValueError(f"at most {MAX_DECIMAL_PLACES} decimal places, got {value!r}")
+    return format(number, "f")
+
+
+def _wire_date(value: Any) -> str:
+    """``DD-MM-YYYY`` (the wire form) or an ISO date, as the ISO text msgspec reads."""
+    if isinstance(value, str) and _ISO_DATE.fullmatch(value.strip()):
+        parsed: date = date.fromisoformat(value.strip())
+    elif isinstance(value, str):
+        parsed = DayMonthYear.parse(value)
+    else:
+        raise ValueError(f"expected a date or DD-MM-YYYY text, got {type(value).__name__}")
+    return parsed.isoformat()
+
+
+def _wire_time(value: Any) -> str:
+    """``HH:MM`` (the wire form, seconds allowed), as the ISO text msgspec reads."""
+    if not isinstance(value, str):
+        raise ValueError(f"expected a time or HH:MM text, got {type(value).__name__}")
+    parsed = ClockTime.parse(value)
+    return time(parsed.hour, parsed.minute, parsed.second).isoformat()
+
+
+_WIRE_INPUTS: dict[Any, Any] = {Decimal: _decimal_text, date: _wire_date, time: _wire_time}
+
+
+def _wire_forms(value: Any, type_: Any, path: str) -> list[tuple[str, str]]:
+    """Rewrite, in place, wire text of decimal, date and time fields into what msgspec reads.
+
+    ``value`` is the request as builtins. A field typed ``Decimal``, ``date`` or ``time``
+    takes its wire form (``"120.50"``, ``"07-01-2026"``, ``"10:00"``) as well as the object;
+    what neither reads is returned as a problem naming the field.
+    """
+    inner = _unwrap_optional(type_)
+    problems: list[tuple[str, str]] = []
+    if isinstance(inner, type) and issubclass(inner, msgspec.Struct) and isinstance(value, dict):
+        for field in msgspec.structs.fields(inner):
+            if field.encode_name not in value or value[field.encode_name] is None:
+                continue
+            where = f"{path}.{field.name}" if path else field.name
+            target = _unwrap_optional(field.type)
+            convert = _WIRE_INPUTS.get(target)
+            if convert is None:
+                problems.extend(_wire_forms(value[field.encode_name], field.type, where))
+                continue
+            try:
+                value[field.encode_name] = convert(value[field.encode_name])
+            except ValueError as exc:
+                problems.append((where, str(exc)))
+        return problems
+    item = _list_item(inner)
+    if item is not None and isinstance(value, list):
+        for index, element in enumerate(value):
+            problems.extend(_wire_forms(element, item, f"{path}[{index}]"))
+    return problems
 
 
 def _problems(value: Any, type_: Any, path: str) -> list[tuple[str, str]]:

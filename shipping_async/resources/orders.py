@@ -101,7 +101,7 @@ class Orders:
         without sending, and one whose earlier create is unresolved raises
         ``OrderOutcomeUnknownError`` without sending (settle it with :meth:`resolve`).
         """
-        validate_request(request)
+        request = validate_request(request)
         operation = Operation(
             name="create_order",
             method="POST",
@@ -236,7 +236,7 @@ class Orders:
 
         A carrier refusal is not an exception: check ``ScheduledPickup.rejected``.
         """
-        validate_request(request)
+        request = validate_request(request)
         path = f"/orders/{path_id(order_id, 'order_id')}/schedule_pickups"
         operation = Operation(name="schedule_pickup", method="POST", path=path)
         return await self._client._request(

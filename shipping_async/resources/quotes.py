@@ -38,7 +38,7 @@ class Quotes:
         Raises ``NoHubForRouteError`` when no hub serves the lane (quote direct then).
         Retried like a read: a second quote commits the caller to nothing.
         """
-        validate_request(request)
+        request = validate_request(request)
         operation = Operation(name="create_quote", method="POST", path="/quotes")
         quote = await self._client._request(operation, _QUOTE, body=request, **options)
         self._remember(quote)
