@@ -133,3 +133,22 @@ async def drain(results: AsyncIterable[Any], display: Any | None, *, out: str | 
         if writer is not None:
             writer.close()
     return bad
+
+
+def store_failure(exc: BaseException) -> BaseException | None:
+    """The journal's (or its connection's) error inside ``exc``, or ``None``.
+
+    A run whose store fails mid-way ends with an error group from its task group; the
+    command reports the store's error and the jobs left, never a traceback.
+    """
+    from shipping_async.bulk.journal import JournalError
+
+    wanted = (JournalError, OSError)
+    if isinstance(exc, wanted):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = store_failure(inner)
+            if found is not None:
+                return found
+    return None

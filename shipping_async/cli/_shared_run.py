@@ -16,8 +16,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from shipping_async.bulk.choice import EstimateChooser
-from shipping_async.bulk.journal import JobState
-from shipping_async.cli._common import drain, showing
+from shipping_async.bulk.journal import FINISHED_STATES, JobState
+from shipping_async.cli._common import drain, showing, store_failure
 from shipping_async.cli._telemetry import RunTelemetry, configure_cli_logging
 from shipping_async.cli._terminal import printable
 from shipping_async.clock import Clock, ScaledClock, SystemClock
@@ -97,6 +97,7 @@ class _SharedRun:
         self.limit = limit
         self.window_real = window_real
         self.speed = speed
+        self.enqueued = False  # a bulk run: the batch, not the journal, decides the exit code
 
     async def main(self, enqueue: str | None) -> int:
         from shipping_async.bulk.journal import JournalError
@@ -165,7 +166,11 @@ class _SharedRun:
                 retry_failed=args.retry_failed,
                 clock=clock,
             )
-            bad = await self._work(worker, len(keys) if keys is not None else 0)
+            self.enqueued = keys is not None
+            try:
+                bad = await self._work(worker, len(keys) if keys is not None else 0)
+            except _Failed:
+                return 1
             if keys is not None:
                 bad = await self._report_batch(journal, keys)
             return await self._summary(journal, worker.stopping, bad)
@@ -214,8 +219,16 @@ class _SharedRun:
         display = make_display(
             args.progress, worker.progress, limit=self.limit, window_real=self.window_real
         )
-        with showing(display, worker, total=total):
-            return await drain(worker.run(), display, out=args.out if total == 0 else None)
+        try:
+            with showing(display, worker, total=total):
+                return await drain(worker.run(), display, out=args.out if total == 0 else None)
+        except Exception as exc:  # the store gone mid-run: say what is left, no traceback
+            failure = store_failure(exc)
+            if failure is None:
+                raise
+            print(f"error: the journal failed mid-run: {failure}", file=sys.stderr)
+            print("jobs not finished; run a worker again to continue", flush=True)
+            raise _Failed from None
 
     async def _report_batch(self, journal: Any, keys: list[str]) -> int:
         """After a bulk run: the input's results from the journal (others may have shipped
@@ -238,8 +251,21 @@ class _SharedRun:
         if stopped:
             print("stopped; run a worker again to continue", flush=True)
             return 130
-        unknown = (await journal.counts())[JobState.UNKNOWN]
-        return 1 if bad or unknown else 0
+        counts = await journal.counts()
+        left = sum(n for state, n in counts.items() if state not in FINISHED_STATES)
+        if left:  # claimed elsewhere and not finished yet, or let go by this worker
+            print(
+                f"{left} job(s) not finished; run a worker again to continue "
+                f"(shipping-async worker --journal {_safe(self.args.journal)})",
+                flush=True,
+            )
+        # 0 only when every job of the journal (or of the batch, for bulk) is done.
+        not_done = bad if self.enqueued else sum(counts.values()) - counts[JobState.DONE]
+        return 1 if not_done or left or counts[JobState.UNKNOWN] else 0
+
+
+class _Failed(Exception):
+    """The run ended because its store failed (already reported)."""
 
 
 def _safe(url: str) -> str:

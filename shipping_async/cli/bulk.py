@@ -34,6 +34,7 @@ from shipping_async.cli._common import (
     parse_rate,
     parse_speed,
     showing,
+    store_failure,
 )
 from shipping_async.cli._shared_run import add_scaleout_options, run_shared
 from shipping_async.cli._telemetry import (
@@ -278,12 +279,21 @@ class _Command:
         display = make_display(
             args.progress, shipper.progress, limit=self.limit, window_real=self.window_real
         )
-        with showing(display, shipper, total=count_rows(args.input)):
-            bad = await drain(shipper.run(read_jobs(args.input)), display, out=args.out)
+        try:
+            with showing(display, shipper, total=count_rows(args.input)):
+                bad = await drain(shipper.run(read_jobs(args.input)), display, out=args.out)
+        except Exception as exc:  # the store gone mid-run: say what is left, no traceback
+            failure = store_failure(exc)
+            if failure is None:
+                raise
+            resume = f"shipping-async bulk {args.input} --journal {path} --resume"
+            print(f"error: the journal failed mid-run: {failure}", file=sys.stderr)
+            print(f"shipments not finished; to continue: {resume}", flush=True)
+            return 1
         return await self._summary(journal, path, shipper.stopping, bad)
 
     async def _summary(self, journal: Any, path: str, stopped: bool, bad: int) -> int:
-        from shipping_async.bulk.journal import JobState
+        from shipping_async.bulk.journal import FINISHED_STATES, JobState
 
         counts = await journal.counts()
         line = ", ".join(f"{state.value} {n}" for state, n in counts.items() if n)
@@ -299,4 +309,7 @@ class _Command:
         if stopped:
             print(f"interrupted; to continue: {resume}", flush=True)
             return 130
-        return 1 if bad else 0
+        left = sum(n for state, n in counts.items() if state not in FINISHED_STATES)
+        if left:  # let go unfinished (a lease lost, the store gone): never "all done"
+            print(f"{left} shipment(s) not finished; to continue: {resume}", flush=True)
+        return 1 if bad or left else 0
