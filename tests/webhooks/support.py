@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from decimal import Decimal
 from typing import Any, Unpack
 
+import msgspec
 from aiohttp import web
+from hypothesis import strategies as st
 
 from shipping_async._client import AsyncShippingClient
 from shipping_async.clock import Clock
@@ -111,3 +114,30 @@ async def place_order(client: AsyncShippingClient, *, hub: bool) -> Order:
             customer_reference=f"webhooks-{quote.id}", description_of_contents="Books",
         )
     )  # fmt: skip
+
+
+def with_raw(field: str, raw: bytes) -> bytes:
+    """A documented body whose ``field`` string holds ``raw`` bytes as sent (not escaped)."""
+    marker = "\u2603"
+    body = msgspec.json.encode(event_fields(**{field: marker}))
+    return body.replace(marker.encode(), raw)
+
+
+_offsets = st.integers(-(23 * 60 + 59), 23 * 60 + 59).map(
+    lambda minutes: f"{'+' if minutes >= 0 else '-'}{abs(minutes) // 60:02}:{abs(minutes) % 60:02}"
+)
+_timestamps = st.builds(
+    lambda at, offset: at.isoformat(timespec="milliseconds") + offset,
+    st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31, 23, 59, 59)),
+    _offsets,
+)
+hostile_bodies = st.one_of(
+    st.binary(max_size=512),
+    st.builds(with_raw, st.sampled_from(sorted(event_fields())), st.binary(min_size=1, max_size=8)),
+    st.builds(
+        lambda opener, depth: b'{"pad":' + opener * depth,
+        st.sampled_from([b"[", b'{"a":', b"[{", b'["x",']),
+        st.integers(1, 40_000),
+    ),
+    _timestamps.map(lambda at: msgspec.json.encode(event_fields(updated_at_utc=at))),
+)

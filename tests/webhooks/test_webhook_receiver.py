@@ -15,6 +15,7 @@ import aiohttp
 import msgspec
 import pytest
 from aiohttp import web
+from hypothesis import given, settings
 from yarl import URL
 
 from shipping_async.clock import ManualClock
@@ -22,6 +23,7 @@ from shipping_async.models.webhooks import WebhookEvent
 from shipping_async.webhooks import (
     DEDUPE_BYTES_PER_EVENT,
     DEFAULT_RECEIVE_BUFFER,
+    MIN_FRESHNESS_WINDOW,
     WEBHOOK_RECEIVER,
     WebhookReceiver,
     add_webhook_route,
@@ -29,7 +31,7 @@ from shipping_async.webhooks import (
     webhook_socket,
 )
 
-from .support import TOKEN, BodyFactory, Serve, event_fields
+from .support import TOKEN, BodyFactory, Serve, event_fields, hostile_bodies
 
 
 class Recorder:
@@ -715,3 +717,16 @@ async def test_receiver_on_webhook_socket_takes_deliveries_with_a_small_kernel_b
         await runner.cleanup()
 
     assert recorder.events[0].updated_value == big
+
+
+@settings(max_examples=200, deadline=None)
+@given(body=hostile_bodies)
+def test_no_body_is_answered_5xx(body: bytes) -> None:
+    async def ignore(event: WebhookEvent) -> None:
+        pass
+
+    receiver = WebhookReceiver(ignore, token=TOKEN, max_age=MIN_FRESHNESS_WINDOW)
+
+    answer = asyncio.run(receiver.receive(body))
+
+    assert answer.status in (200, 400, 401, 413)
