@@ -42,7 +42,7 @@ def read_column(key: str, column: str, decode: Callable[[Any], T], raw: Any) -> 
     """
     try:
         return decode(raw)
-    except (ValueError, TypeError, RecursionError) as exc:  # msgspec's errors are ValueErrors
+    except (msgspec.MsgspecError, ValueError, TypeError, RecursionError) as exc:
         reason = str(exc)[:200]
         raise JournalError(
             f"the journal's job {key!r}: column {column}: {reason} (the journal is damaged "
