@@ -40,6 +40,7 @@ __all__ = ["AsyncShippingClient"]
 T = TypeVar("T")
 
 TOKEN_ENV: Final = "SHIPPING_ACCESS_TOKEN"
+TOKEN_FILE_ENV: Final = "SHIPPING_ACCESS_TOKEN_FILE"
 BASE_URL_ENV: Final = "SHIPPING_BASE_URL"
 #: Runs a client built without ``clock`` on ``ScaledClock(speed)``: what the sandbox's
 #: pytest fixture exports, so an app's own client keeps the fast sandbox's time.
@@ -136,6 +137,25 @@ def _check_max_wait(max_wait: float | None, name: str = "max_wait") -> float | N
     return float(max_wait)
 
 
+def token_from_environment() -> str | None:
+    """``$SHIPPING_ACCESS_TOKEN``, else the content of the file ``$SHIPPING_ACCESS_TOKEN_FILE``
+    names (a Docker or Kubernetes secret), whitespace around it dropped; ``None`` if neither.
+
+    Never a command-line argument: those are visible to every user of the machine.
+    """
+    token = os.environ.get(TOKEN_ENV)
+    if token:
+        return token
+    path = os.environ.get(TOKEN_FILE_ENV)
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as file:
+            return file.read().strip() or None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigurationError(f"{TOKEN_FILE_ENV}={path}: cannot read the token: {exc}") from None
+
+
 def _check_timeout(timeout: float) -> float:
     if isinstance(timeout, bool) or not 0 < timeout < math.inf:
         raise ConfigurationError(
@@ -205,10 +225,11 @@ class AsyncShippingClient:
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         estimate_validity: float | None = None,
     ) -> None:
-        token = token if token is not None else os.environ.get(TOKEN_ENV)
+        token = token if token is not None else token_from_environment()
         if not token:
             raise ConfigurationError(
-                f"no access token: pass token=... or set the {TOKEN_ENV} environment variable"
+                f"no access token: pass token=... or set the {TOKEN_ENV} environment variable "
+                f"(or {TOKEN_FILE_ENV} to a file holding it)"
             )
         self._token = Secret(token)
         del token  # a frame that raises below must not hold the token in its locals

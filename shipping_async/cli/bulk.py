@@ -57,7 +57,8 @@ def register(subparsers: Any) -> None:
         description=(
             "Ship every row of a CSV or JSONL file: quote, order (at the account's rate "
             "limit), waybill, pickup. Progress is journaled: after a crash or Ctrl-C, run "
-            "again with --resume. The token comes from SHIPPING_ACCESS_TOKEN."
+            "again with --resume. The token comes from SHIPPING_ACCESS_TOKEN (or the file "
+            "SHIPPING_ACCESS_TOKEN_FILE names)."
         ),
     )
     parser.add_argument("input", metavar="INPUT", help="shipments, .csv or .jsonl")
@@ -145,7 +146,7 @@ class _Command:
         self.window_real = window
 
     async def main(self) -> int:
-        from shipping_async._client import AsyncShippingClient
+        from shipping_async._client import AsyncShippingClient, token_from_environment
         from shipping_async.bulk.journal import JournalError
         from shipping_async.bulk.sqlite_journal import SQLiteJournal
         from shipping_async.clock import Clock, ScaledClock, SystemClock
@@ -168,7 +169,7 @@ class _Command:
                 base_url, token, clock = sandbox.base_url, sandbox.token, sandbox.clock
             else:
                 base_url = args.base_url or os.environ.get("SHIPPING_BASE_URL", "")
-                token = os.environ.get("SHIPPING_ACCESS_TOKEN", "")
+                token = token_from_environment() or ""
                 if not token or not base_url:
                     print(
                         "error: set SHIPPING_ACCESS_TOKEN and --base-url (or "

@@ -28,6 +28,7 @@ from typing import Any, Self
 
 import asyncpg
 
+from shipping_async._cleartext import warn_if_cleartext
 from shipping_async.bulk._journal_store import (
     DIED_MID_ORDER,
     JOB_DECODER,
@@ -123,6 +124,7 @@ class PostgresJournal(JournalStore):
         max_size: int = 10,
     ) -> Self:
         """Connect, create or migrate the schema, and return the journal."""
+        warn_if_cleartext(dsn)
         pool = await asyncpg.create_pool(
             dsn, min_size=min_size, max_size=max_size, reset=_keep_session
         )

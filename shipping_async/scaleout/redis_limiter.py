@@ -35,6 +35,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
+from shipping_async._cleartext import warn_if_cleartext
 from shipping_async.clock import Clock, ManualClock, SystemClock
 from shipping_async.errors import LimiterUnavailableError  # re-exported: it was defined here
 from shipping_async.limiter import Permit, check_rate
@@ -121,6 +122,7 @@ class RedisOrderLimiter:
         self._lease = float(lease)
         self._owned_client: aioredis.Redis | None = None
         if isinstance(redis, str):
+            warn_if_cleartext(redis)
             # No retries inside redis-py: an outage must surface at once, so that the
             # limiter can say why it holds the orders back (it retries by itself).
             redis = self._owned_client = aioredis.Redis.from_url(
