@@ -15,7 +15,7 @@ from shipping_async.bulk.journal import (
     JobFields,
     JobRecord,
     JobState,
-    JournalError,
+    JournalDataError,
     JournalStateError,
     LeaseLostError,
 )
@@ -44,7 +44,7 @@ def read_column(key: str, column: str, decode: Callable[[Any], T], raw: Any) -> 
         return decode(raw)
     except (msgspec.MsgspecError, ValueError, TypeError, RecursionError) as exc:
         reason = str(exc)[:200]
-        raise JournalError(
+        raise JournalDataError(
             f"the journal's job {key!r}: column {column}: {reason} (the journal is damaged "
             "or was written by another program)"
         ) from None

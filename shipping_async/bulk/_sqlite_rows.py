@@ -26,6 +26,7 @@ from shipping_async.bulk.journal import (
     JobFields,
     JobRecord,
     JobState,
+    JournalDataError,
     JournalError,
 )
 
@@ -76,7 +77,7 @@ def connect(path: str, now: datetime) -> sqlite3.Connection:
         ) from None
     except sqlite3.DatabaseError as exc:  # "file is not a database"
         db.close()
-        raise JournalError(f"cannot open the journal {path}: {exc}") from None
+        raise JournalDataError(f"cannot open the journal {path}: {exc}") from None
     try:
         db.executescript(_SCHEMA)  # commits; the exclusive lock stays held
         db.execute("BEGIN IMMEDIATE")
@@ -87,7 +88,7 @@ def connect(path: str, now: datetime) -> sqlite3.Connection:
         db.execute("COMMIT")
     except (sqlite3.DatabaseError, JournalError) as exc:  # a table of another shape
         db.close()
-        raise JournalError(f"cannot open the journal {path}: {exc}") from None
+        raise JournalDataError(f"cannot open the journal {path}: {exc}") from None
     return db
 
 

@@ -50,6 +50,7 @@ __all__ = [
     "JobRecord",
     "JobState",
     "Journal",
+    "JournalDataError",
     "JournalError",
     "JournalStateError",
     "LeaseLostError",
@@ -87,6 +88,11 @@ class LeaseLostError(JournalError):
 
 class JournalStateError(JournalError):
     """The job is not in a state that allows this move (e.g. ``begin_order`` twice)."""
+
+
+class JournalDataError(JournalError):
+    """A stored job cannot be read (an unknown state, a job that is not JSON, a file that is
+    not a journal): the journal is damaged or was written by another program."""
 
 
 class JobFields(TypedDict, total=False):

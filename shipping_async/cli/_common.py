@@ -135,6 +135,14 @@ async def drain(results: AsyncIterable[Any], display: Any | None, *, out: str | 
     return bad
 
 
+def store_failure_code(failure: BaseException) -> int:
+    """The exit code of a run whose store failed: 2 when the journal holds data it cannot
+    read (damaged, or another program's: a setup error, issue 15), else 1."""
+    from shipping_async.bulk.journal import JournalDataError
+
+    return 2 if isinstance(failure, JournalDataError) else 1
+
+
 def store_failure(exc: BaseException) -> BaseException | None:
     """The journal's (or its connection's) error inside ``exc``, or ``None``.
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from shipping_async.bulk.choice import EstimateChooser
 from shipping_async.bulk.journal import FINISHED_STATES, JobState
-from shipping_async.cli._common import drain, showing, store_failure
+from shipping_async.cli._common import drain, showing, store_failure, store_failure_code
 from shipping_async.cli._telemetry import RunTelemetry, configure_cli_logging
 from shipping_async.cli._terminal import printable
 from shipping_async.clock import Clock, ScaledClock, SystemClock
@@ -169,8 +169,8 @@ class _SharedRun:
             self.enqueued = keys is not None
             try:
                 bad = await self._work(worker, len(keys) if keys is not None else 0)
-            except _Failed:
-                return 1
+            except _Failed as failed:
+                return failed.code
             if keys is not None:
                 bad = await self._report_batch(journal, keys)
             return await self._summary(journal, worker.stopping, bad)
@@ -228,7 +228,7 @@ class _SharedRun:
                 raise
             print(f"error: the journal failed mid-run: {failure}", file=sys.stderr)
             print("jobs not finished; run a worker again to continue", flush=True)
-            raise _Failed from None
+            raise _Failed(store_failure_code(failure)) from None
 
     async def _report_batch(self, journal: Any, keys: list[str]) -> int:
         """After a bulk run: the input's results from the journal (others may have shipped
@@ -265,7 +265,11 @@ class _SharedRun:
 
 
 class _Failed(Exception):
-    """The run ended because its store failed (already reported)."""
+    """The run ended because its store failed (already reported); ``code`` to exit with."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+        super().__init__(code)
 
 
 def _safe(url: str) -> str:

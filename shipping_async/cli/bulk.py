@@ -35,6 +35,7 @@ from shipping_async.cli._common import (
     parse_speed,
     showing,
     store_failure,
+    store_failure_code,
 )
 from shipping_async.cli._shared_run import add_scaleout_options, run_shared
 from shipping_async.cli._telemetry import (
@@ -290,7 +291,7 @@ class _Command:
             resume = f"shipping-async bulk {args.input} --journal {path} --resume"
             print(f"error: the journal failed mid-run: {failure}", file=sys.stderr)
             print(f"shipments not finished; to continue: {resume}", flush=True)
-            return 1
+            return store_failure_code(failure)
         return await self._summary(journal, path, shipper.stopping, bad)
 
     async def _summary(self, journal: Any, path: str, stopped: bool, bad: int) -> int:
