@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import gzip
 import logging
 import socket
 import time
@@ -730,3 +731,15 @@ def test_no_body_is_answered_5xx(body: bytes) -> None:
     answer = asyncio.run(receiver.receive(body))
 
     assert answer.status in (200, 400, 401, 413)
+
+
+async def test_gzip_bomb_is_cut_off_at_the_limit_after_inflating(
+    serve: Serve, http: aiohttp.ClientSession
+) -> None:
+    url, receiver = await started(serve, Recorder())
+    bomb = gzip.compress(b"[" * 50_000_000, 9)  # 50 MB from about 50 kB
+
+    headers = {"Content-Encoding": "gzip", "Content-Type": "application/json"}
+    async with asyncio.timeout(5), http.post(url, data=bomb, headers=headers) as response:
+        assert response.status == 413
+    assert receiver.stats.too_large == 1
