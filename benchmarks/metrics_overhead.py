@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import subprocess
 import sys
@@ -68,8 +69,20 @@ SERVER = textwrap.dedent(
 )
 
 
+def pin(cpu: int) -> None:
+    """Keep this process on one core (Linux), so that the scheduler moving it between
+    cores does not add its own noise to the comparison."""
+    if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
+        os.sched_setaffinity(0, {cpu})
+
+
 def start_server() -> tuple[subprocess.Popen[str], str]:
-    process = subprocess.Popen([sys.executable, "-c", SERVER], stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-c", SERVER],
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: pin(1),  # the server on the second core, the client on the first
+    )
     assert process.stdout is not None
     port = process.stdout.readline().strip()
     if not port.isdigit():
@@ -118,6 +131,7 @@ def scrape(server: MetricsServer) -> int:
 
 async def main(args: argparse.Namespace) -> None:
     process, base_url = start_server()
+    pin(0)
     metrics = Metrics()
     server = metrics.serve(port=0)
     configurations: dict[str, Callable[[], list[ClientHooks]]] = {
@@ -156,6 +170,8 @@ async def main(args: argparse.Namespace) -> None:
             v / off for v, off in zip(values[name], values["off"], strict=True)
         )
 
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
+    print(f"machine load average (1, 5, 15 min) at the end: {load} on {os.cpu_count()} cores")
     print(
         f"GET /webhooks/{{id}} through the client, {args.concurrency} tasks, "
         f"{args.rounds} rounds x {args.seconds:g} s each; medians, and the median of each "

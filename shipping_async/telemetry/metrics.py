@@ -28,6 +28,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from shipping_async._hooks import APICall, ClientHooks
 from shipping_async.bulk.journal import JobState, Journal
 from shipping_async.errors import RateLimitError
+from shipping_async.telemetry._request_stats import RequestStats
 from shipping_async.telemetry._scope import current_job
 
 __all__ = ["Metrics", "MetricsServer"]
@@ -75,20 +76,10 @@ class Metrics:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
         p = _PREFIX
-        self.requests = Counter(
-            f"{p}_requests",
-            "API requests sent (each attempt), by operation and status class "
-            "(2xx, 4xx, 5xx; 'error': no answer)",
-            ["account", "operation", "status_class"],
-            registry=r,
-        )
-        self.request_duration = Histogram(
-            f"{p}_request_duration_seconds",
-            "Time from sending an API request to its answer (or its failure)",
-            ["account", "operation"],
-            buckets=_REQUEST_BUCKETS,
-            registry=r,
-        )
+        # The per-request pair lives outside prometheus_client's metric objects: the
+        # hot path (see _request_stats).
+        self._requests = RequestStats(p, _REQUEST_BUCKETS)
+        r.register(self._requests)
         self.retries = Counter(
             f"{p}_retries",
             "Requests re-sent by the client, by the reason of the re-send",
@@ -251,7 +242,7 @@ class _ClientMetrics(ClientHooks):
         return children
 
     def on_response(self, call: APICall, seconds: float) -> None:
-        self._of().response(call, seconds)
+        self._m._requests.record(self._of().account, call.operation, _status_class(call), seconds)
 
     def on_call_end(self, call: APICall, error: BaseException | None) -> None:
         if error is not None:
@@ -298,9 +289,6 @@ class _Children:
     """One account's label children, so a request costs dictionary look-ups, not labels()."""
 
     __slots__ = (
-        "_durations",
-        "_m",
-        "_requests",
         "account",
         "in_use",
         "orders_created",
@@ -311,7 +299,6 @@ class _Children:
     )
 
     def __init__(self, metrics: Metrics, account: str) -> None:
-        self._m = metrics
         self.account = account
         self.in_use = metrics.permits_in_use.labels(account)
         self.waiting = metrics.permits_waiting.labels(account)
@@ -319,18 +306,3 @@ class _Children:
         self.pause = metrics.pause.labels(account)
         self.orders_created = metrics.orders_created.labels(account)
         self.requotes = metrics.requotes.labels(account)
-        self._durations: dict[str, Histogram] = {}
-        self._requests: dict[tuple[str, str], Counter] = {}
-
-    def response(self, call: APICall, seconds: float) -> None:
-        key = (call.operation, _status_class(call))
-        counter = self._requests.get(key)
-        if counter is None:
-            counter = self._requests[key] = self._m.requests.labels(self.account, *key)
-        counter.inc()
-        histogram = self._durations.get(call.operation)
-        if histogram is None:
-            histogram = self._durations[call.operation] = self._m.request_duration.labels(
-                self.account, call.operation
-            )
-        histogram.observe(seconds)

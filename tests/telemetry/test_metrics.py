@@ -163,3 +163,52 @@ async def test_without_an_account_the_job_stage_names_it_and_a_requote_is_counte
     assert value(samples, "shipping_async_requests_total", account="", **quotes) == 1
     assert value(samples, "shipping_async_estimates_requoted_total", account="acme") == 1
     assert value(samples, "shipping_async_estimates_requoted_total", account="") == 0
+
+
+@pytest.mark.parametrize(
+    "durations",
+    [
+        pytest.param([0.005, 0.3, 100.0], id="edge-middle-overflow"),
+        pytest.param([0.0, 0.0049, 0.01, 0.0101, 29.9, 30.0], id="around-bounds"),
+    ],
+)
+def test_request_counts_and_durations_read_as_prometheus_client_would_write_them(
+    durations: list[float],
+) -> None:
+    from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from shipping_async import APICall
+    from shipping_async.telemetry.metrics import _REQUEST_BUCKETS
+
+    metrics = Metrics()
+    hooks = metrics.client_hooks("acme")
+    reference = CollectorRegistry()
+    counter = Counter(
+        "shipping_async_requests", "-", ["account", "operation", "status_class"], registry=reference
+    )
+    histogram = Histogram(
+        "shipping_async_request_duration_seconds",
+        "-",
+        ["account", "operation"],
+        buckets=_REQUEST_BUCKETS,
+        registry=reference,
+    )
+    for seconds in durations:
+        hooks.on_response(
+            APICall(operation="get_order", method="GET", route="/orders/{id}", status=200), seconds
+        )
+        counter.labels("acme", "get_order", "2xx").inc()
+        histogram.labels("acme", "get_order").observe(seconds)
+
+    def samples(registry: CollectorRegistry) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+        text = generate_latest(registry).decode()
+        return {
+            (s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text)
+            if family.name.startswith("shipping_async_request")
+            for s in family.samples
+            if not s.name.endswith("_created")
+        }
+
+    assert samples(metrics.registry) == samples(reference)
