@@ -19,7 +19,7 @@ from yarl import URL
 from shipping_async._bounded import DEFAULT_MAX_RESPONSE_BYTES
 from shipping_async._decode import Answer, read_answer
 from shipping_async._estimates import EstimateBook
-from shipping_async._hooks import ClientHooks, observe_call
+from shipping_async._hooks import ClientHooks, Subscribers, observe_call
 from shipping_async._http import RequestOptions, Secret, configure_logging, exchange
 from shipping_async._order_wait import Settle
 from shipping_async._retry import Operation, RetryPolicy, send_with_retries
@@ -258,7 +258,7 @@ class AsyncShippingClient:
             order_limiter if order_limiter is not None else RollingWindowLimiter(clock=self._clock)
         )
         self._request_rate_limiter = request_rate_limiter
-        self._hooks = tuple(hooks)
+        self._hooks = Subscribers(hooks)
         self._max_wait = _check_max_wait(max_wait)
         self._order_ledger = order_ledger
         self._on_cancelled_order = on_cancelled_order

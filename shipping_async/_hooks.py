@@ -17,22 +17,24 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable, Iterable
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Final
+from typing import Any, Final
 
 from shipping_async._retry import Operation
 from shipping_async.errors import (
     APIConnectionError,
     APIStatusError,
     APITimeoutError,
+    ConfigurationError,
     OutcomeUnknownError,
     RateLimitError,
 )
 from shipping_async.limiter import OrderLimiter, Permit
 
-__all__ = ["APICall", "ClientHooks", "current_call", "observe_call", "route_of"]
+__all__ = ["APICall", "ClientHooks", "Subscribers", "current_call", "observe_call", "route_of"]
 
 # An id in a path is a run of digits between slashes: /orders/7001/waybills.
 _ID_SEGMENT: Final = re.compile(r"/\d+(?=/|$)")
@@ -129,6 +131,70 @@ class ClientHooks:
         """After a 429 the order limiter grants nothing for ``seconds`` (its clock's)."""
 
 
+class Subscribers:
+    """A client's hooks, sorted by hook: for each, the bound methods that override it.
+
+    Built once per client, so a call never dispatches to the no-op defaults of hooks an
+    observer did not override (each is a Python call on the request's hot path).
+    """
+
+    __slots__ = (
+        "hooks",
+        "on_call_end",
+        "on_call_start",
+        "on_outcome_unknown",
+        "on_paused",
+        "on_permit_granted",
+        "on_permit_released",
+        "on_permit_waiting",
+        "on_rate_limited",
+        "on_request",
+        "on_response",
+        "on_retry",
+    )
+
+    def __init__(self, hooks: Iterable[ClientHooks] = ()) -> None:
+        self.hooks = tuple(hooks)
+        for hook in self.hooks:
+            if not isinstance(hook, ClientHooks):
+                raise ConfigurationError(
+                    f"hooks: expected ClientHooks instances, got {type(hook).__name__}"
+                )
+        self.on_call_start: tuple[Callable[[APICall], None], ...] = self._overriding(
+            "on_call_start"
+        )
+        self.on_call_end: tuple[Callable[[APICall, BaseException | None], None], ...] = (
+            self._overriding("on_call_end")
+        )
+        self.on_request: tuple[Callable[[APICall], None], ...] = self._overriding("on_request")
+        self.on_response: tuple[Callable[[APICall, float], None], ...] = self._overriding(
+            "on_response"
+        )
+        self.on_retry: tuple[Callable[[APICall, str], None], ...] = self._overriding("on_retry")
+        self.on_rate_limited: tuple[Callable[[APICall, RateLimitError], None], ...] = (
+            self._overriding("on_rate_limited")
+        )
+        self.on_outcome_unknown: tuple[Callable[[APICall, OutcomeUnknownError], None], ...] = (
+            self._overriding("on_outcome_unknown")
+        )
+        self.on_permit_waiting: tuple[Callable[[APICall], None], ...] = self._overriding(
+            "on_permit_waiting"
+        )
+        self.on_permit_granted: tuple[Callable[[APICall, float | None], None], ...] = (
+            self._overriding("on_permit_granted")
+        )
+        self.on_permit_released: tuple[Callable[[APICall], None], ...] = self._overriding(
+            "on_permit_released"
+        )
+        self.on_paused: tuple[Callable[[APICall, float], None], ...] = self._overriding("on_paused")
+
+    def _overriding(self, name: str) -> tuple[Any, ...]:
+        default = getattr(ClientHooks, name)
+        return tuple(
+            getattr(hook, name) for hook in self.hooks if getattr(type(hook), name) is not default
+        )
+
+
 def _reason(error: BaseException) -> str:
     if isinstance(error, RateLimitError) or (
         isinstance(error, APIStatusError) and error.status == 429
@@ -148,7 +214,7 @@ class _Observed:
 
     __slots__ = ("_call", "_hooks", "_reason", "_reset", "_sent_at")
 
-    def __init__(self, hooks: tuple[ClientHooks, ...], operation: Operation) -> None:
+    def __init__(self, hooks: Subscribers, operation: Operation) -> None:
         self._hooks = hooks
         self._call = APICall(
             operation=operation.name, method=operation.method, route=route_of(operation.path)
@@ -161,8 +227,8 @@ class _Observed:
 
     def __enter__(self) -> _Observed:
         self._reset = _CURRENT.set(self._call)
-        for hook in self._hooks:
-            hook.on_call_start(self._call)
+        for hook in self._hooks.on_call_start:
+            hook(self._call)
         return self
 
     def __exit__(
@@ -173,10 +239,10 @@ class _Observed:
     ) -> None:
         call = self._call
         if isinstance(exc, OutcomeUnknownError):
-            for hook in self._hooks:
-                hook.on_outcome_unknown(call, exc)
-        for hook in self._hooks:
-            hook.on_call_end(call, exc)
+            for unknown in self._hooks.on_outcome_unknown:
+                unknown(call, exc)
+        for hook in self._hooks.on_call_end:
+            hook(call, exc)
         if self._reset is not None:
             _CURRENT.reset(self._reset)
 
@@ -185,12 +251,12 @@ class _Observed:
     def attempt(self) -> _Attempt:
         call = self._call
         if self._reason is not None:
-            for hook in self._hooks:
-                hook.on_retry(call, self._reason)
+            for retry in self._hooks.on_retry:
+                retry(call, self._reason)
         call.attempts += 1
         call.status = call.error = None
-        for hook in self._hooks:
-            hook.on_request(call)
+        for hook in self._hooks.on_request:
+            hook(call)
         self._sent_at = time.perf_counter()
         return _Attempt(self)
 
@@ -202,11 +268,11 @@ class _Observed:
         elif error is not None:
             call.error = type(error.__cause__ or error).__name__
         self._reason = None if error is None else _reason(error)
-        for hook in self._hooks:
-            hook.on_response(call, seconds)
+        for hook in self._hooks.on_response:
+            hook(call, seconds)
         if isinstance(error, RateLimitError):
-            for hook in self._hooks:
-                hook.on_rate_limited(call, error)
+            for limited in self._hooks.on_rate_limited:
+                limited(call, error)
 
     def status(self, status: int) -> None:
         """The status line of the current attempt's answer arrived."""
@@ -240,7 +306,7 @@ class _ObservedLimiter:
 
     __slots__ = ("_call", "_hooks", "_limiter")
 
-    def __init__(self, limiter: OrderLimiter, call: APICall, hooks: tuple[ClientHooks, ...]):
+    def __init__(self, limiter: OrderLimiter, call: APICall, hooks: Subscribers):
         self._limiter = limiter
         self._call = call
         self._hooks = hooks
@@ -260,34 +326,34 @@ class _ObservedLimiter:
         return self._limiter.queued()
 
     async def acquire(self, *, front: bool = False) -> Permit:
-        for hook in self._hooks:
-            hook.on_permit_waiting(self._call)
+        for hook in self._hooks.on_permit_waiting:
+            hook(self._call)
         started = time.perf_counter()
         waited: float | None = None
         try:
             permit = await self._limiter.acquire(front=front)
             waited = time.perf_counter() - started
         finally:
-            for hook in self._hooks:
-                hook.on_permit_granted(self._call, waited)
+            for granted in self._hooks.on_permit_granted:
+                granted(self._call, waited)
         return permit
 
     async def release(self, permit: Permit, *, sent: bool) -> None:
         try:
             await self._limiter.release(permit, sent=sent)
         finally:
-            for hook in self._hooks:
-                hook.on_permit_released(self._call)
+            for hook in self._hooks.on_permit_released:
+                hook(self._call)
 
     async def pause(
         self, seconds: float, *, limit: int | None = None, window: float | None = None
     ) -> None:
         await self._limiter.pause(seconds, limit=limit, window=window)
-        for hook in self._hooks:
-            hook.on_paused(self._call, seconds)
+        for hook in self._hooks.on_paused:
+            hook(self._call, seconds)
 
 
-def observe_call(hooks: tuple[ClientHooks, ...], operation: Operation) -> _Observed:
+def observe_call(hooks: Subscribers, operation: Operation) -> _Observed:
     """The observer of one call of ``operation``: ``with`` it around the retry loop,
     ``with observer.attempt():`` around each exchange, and pass the order limiter through
     ``observer.limiter(...)``. Without hooks it only marks the call for the log records."""

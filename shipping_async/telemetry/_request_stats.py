@@ -23,7 +23,9 @@ from prometheus_client.utils import floatToGoString
 __all__ = ["RequestStats"]
 
 
-class _Durations:
+class _Entry:
+    """One (account, operation, status class): its durations per bucket and their sum."""
+
     __slots__ = ("buckets", "total")
 
     def __init__(self, size: int) -> None:
@@ -41,43 +43,47 @@ class RequestStats:
             floatToGoString(bound)  # type: ignore[no-untyped-call]
             for bound in self._bounds
         ]
-        self._counts: dict[tuple[str, str, str], int] = {}
-        self._durations: dict[tuple[str, str], _Durations] = {}
+        # The count of a key is the sum of its buckets: one dictionary look-up a request.
+        self._entries: dict[tuple[str, str, str], _Entry] = {}
         # Hooks may run in several threads (an event loop each); the scrape runs in the
         # HTTP server's thread.
         self._lock = threading.Lock()
 
-    def record(self, account: str, operation: str, status_class: str, seconds: float) -> None:
-        """Count one request and its duration."""
-        key = (account, operation, status_class)
+    def record(self, key: tuple[str, str, str], seconds: float) -> None:
+        """Count one request of (account, operation, status class) and its duration."""
         with self._lock:
-            self._counts[key] = self._counts.get(key, 0) + 1
-            durations = self._durations.get(key[:2])
-            if durations is None:
-                durations = self._durations[key[:2]] = _Durations(len(self._bounds))
-            durations.buckets[bisect.bisect_left(self._bounds, seconds)] += 1
-            durations.total += seconds
+            entry = self._entries.get(key)
+            if entry is None:
+                entry = self._entries[key] = _Entry(len(self._bounds))
+            entry.buckets[bisect.bisect_left(self._bounds, seconds)] += 1
+            entry.total += seconds
 
     def collect(self) -> Iterator[Metric]:
         """The two families, as prometheus_client's registry asks for them."""
         with self._lock:
-            counts = list(self._counts.items())
-            durations = [(key, list(d.buckets), d.total) for key, d in self._durations.items()]
+            entries = [(key, list(e.buckets), e.total) for key, e in self._entries.items()]
+        durations: dict[tuple[str, str], tuple[list[int], float]] = {}
+        for (account, operation, _), buckets, total in entries:
+            summed, seconds = durations.get((account, operation), ([0] * len(buckets), 0.0))
+            durations[account, operation] = (
+                [a + b for a, b in zip(summed, buckets, strict=True)],
+                seconds + total,
+            )
         requests = CounterMetricFamily(
             f"{self._prefix}_requests",
             "API requests sent (each attempt), by operation and status class "
             "(2xx, 4xx, 5xx; 'error': no answer)",
             labels=["account", "operation", "status_class"],
         )
-        for labels, count in counts:
-            requests.add_metric(labels, count)
+        for labels, buckets, _ in entries:
+            requests.add_metric(labels, sum(buckets))
         yield requests
         histogram = HistogramMetricFamily(
             f"{self._prefix}_request_duration_seconds",
             "Time from sending an API request to its answer (or its failure)",
             labels=["account", "operation"],
         )
-        for (account, operation), buckets, total in durations:
+        for (account, operation), (buckets, total) in durations.items():
             cumulative = zip(self._les, accumulate(buckets), strict=True)
             histogram.add_metric([account, operation], list(cumulative), total)
         yield histogram

@@ -219,8 +219,7 @@ class Metrics:
         return MetricsServer(host, int(server.server_port), server, thread)
 
 
-def _status_class(call: APICall) -> str:
-    return "error" if call.status is None else f"{call.status // 100}xx"
+_STATUS_CLASSES = {n: f"{n}xx" for n in range(1, 6)}
 
 
 class _ClientMetrics(ClientHooks):
@@ -242,7 +241,14 @@ class _ClientMetrics(ClientHooks):
         return children
 
     def on_response(self, call: APICall, seconds: float) -> None:
-        self._m._requests.record(self._of().account, call.operation, _status_class(call), seconds)
+        # The hot path: one look-up for the account, one for the class, one record.
+        account = self._account
+        if account is None:
+            job = current_job()
+            account = "" if job is None else job.account
+        status = call.status
+        kind = "error" if status is None else _STATUS_CLASSES.get(status // 100, "error")
+        self._m._requests.record((account, call.operation, kind), seconds)
 
     def on_call_end(self, call: APICall, error: BaseException | None) -> None:
         if error is not None:
