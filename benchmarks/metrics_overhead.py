@@ -12,7 +12,9 @@ round's ratio to that round's "off":
 - metrics: ``hooks=[Metrics().client_hooks(...)]``, ``/metrics`` served and scraped once
   a round;
 - metrics + traces: also ``ClientTracing()`` with no tracer provider configured (what a
-  worker with the ``[otel]`` extra does until traces are turned on).
+  worker with the ``[otel]`` extra does until traces are turned on);
+- off (again): a second client without hooks, the control: its distance from "off" is
+  the noise of the run (other processes on the machine), not an effect.
 
     .venv/bin/python benchmarks/metrics_overhead.py
     .venv/bin/python benchmarks/metrics_overhead.py --rounds 9 --seconds 3 --concurrency 32
@@ -140,6 +142,7 @@ async def main(args: argparse.Namespace) -> None:
         "off": list,
         "metrics": lambda: [metrics.client_hooks("bench")],
         "metrics + traces": lambda: [metrics.client_hooks("bench"), ClientTracing()],
+        "off (again)": list,  # the control: how far two identical clients land apart
     }
     rates: dict[str, list[float]] = {name: [] for name in configurations}
     costs: dict[str, list[float]] = {name: [] for name in configurations}
