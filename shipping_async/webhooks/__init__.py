@@ -1,17 +1,24 @@
-"""Receive webhook deliveries: parsing, the aiohttp receiver, duplicates, legs, set-up.
+"""Receive webhook deliveries: parsing, the receiver (any framework, or aiohttp), legs, set-up.
 
 ::
 
-    from shipping_async.webhooks import create_webhook_app, ensure_webhook, find_moved_leg
+    from shipping_async.webhooks import (
+        WebhookReceiver, create_webhook_app, ensure_webhook, legs_from, webhook_socket,
+    )
 
     webhook = await ensure_webhook(client, "https://example.com/webhooks",
                                    ["shipment.updated.status"], webhook_id=known_id)
 
-    async def on_event(event: WebhookEvent) -> None:
-        match = await find_moved_leg(client, event)
+    async def on_event(event: WebhookEvent) -> None:   # raise to have the API retry it
         ...
 
-    app = create_webhook_app(on_event, token=webhook.token)
+    # aiohttp:
+    app = create_webhook_app(on_event, token=webhook.token, legs=legs_from(client))
+    web.run_app(app, sock=webhook_socket("0.0.0.0", 8080))
+
+    # any other framework: raw body (or its chunk stream) and headers in, an answer out
+    receiver = WebhookReceiver(on_event, token=webhook.token, legs=legs_from(client))
+    answer = await receiver.receive(request.stream(), request.headers)
 """
 
 from shipping_async.models.webhooks import EventType, Webhook, WebhookEvent

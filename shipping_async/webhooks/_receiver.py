@@ -13,6 +13,7 @@ from aiohttp import web
 
 from shipping_async.clock import Clock, SystemClock
 from shipping_async.models.webhooks import WebhookEvent
+from shipping_async.webhooks._body import declared_length, read_body
 from shipping_async.webhooks._dedupe import DEFAULT_DEDUPE_SIZE, EventDeduplicator, event_key
 from shipping_async.webhooks._errors import (
     WebhookError,
@@ -252,32 +253,17 @@ class WebhookReceiver:
     async def _read(
         self, body: bytes | AsyncIterable[bytes], headers: Mapping[str, str] | None
     ) -> bytes:
-        limit = self._max_body_size
-        if _content_length(headers) > limit:
-            raise WebhookTooLargeError(limit)
+        if declared_length(headers) > self._max_body_size:
+            raise WebhookTooLargeError(self._max_body_size)
         if isinstance(body, bytes):
             return body
         if self._reading >= self._max_reads:
             raise _Busy
         self._reading += 1
-        data = bytearray()
         try:
-            async with asyncio.timeout(self._body_timeout):
-                async for chunk in body:
-                    data += chunk[: limit + 1 - len(data)]
-                    if len(data) > limit:
-                        break
-        except TimeoutError:
-            raise WebhookTimeoutError(self._body_timeout) from None
-        except Exception as exc:  # the framework's "client went away", whatever its class
-            raise WebhookPayloadError(
-                f"webhook body not received whole: {type(exc).__name__}"
-            ) from exc
+            return await read_body(body, limit=self._max_body_size, within=self._body_timeout)
         finally:
             self._reading -= 1
-        if len(data) > limit:
-            raise WebhookTooLargeError(limit)
-        return bytes(data)
 
     async def _deliver(self, event: WebhookEvent) -> WebhookAnswer:
         if self.dedupe is None:
@@ -405,13 +391,3 @@ class _Busy(WebhookError):
     """Every body-reading slot is taken: answered 503 without reading."""
 
     http_status = 503
-
-
-def _content_length(headers: Mapping[str, str] | None) -> int:
-    if headers is None:
-        return -1
-    value = headers.get("Content-Length", headers.get("content-length"))
-    try:
-        return int(value) if value is not None else -1
-    except ValueError:
-        return -1
