@@ -9,7 +9,14 @@ import signal
 from collections.abc import AsyncIterable, Iterator
 from typing import Any, Protocol
 
-__all__ = ["add_rate_options", "add_shipping_options", "parse_rate", "parse_speed", "showing"]
+__all__ = [
+    "add_rate_options",
+    "add_scaleout_options",
+    "add_shipping_options",
+    "parse_rate",
+    "parse_speed",
+    "showing",
+]
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -147,12 +154,12 @@ def store_failure(exc: BaseException) -> BaseException | None:
     """The journal's (or its connection's) error inside ``exc``, or ``None``.
 
     A run whose store fails mid-way ends with an error group from its task group; the
-    command reports the store's error and the jobs left, never a traceback.
+    command reports the error and the jobs left with how to continue, never a traceback
+    (exit code: :func:`store_failure_code`).
     """
     from shipping_async.bulk.journal import JournalError
 
-    wanted = (JournalError, OSError)
-    if isinstance(exc, wanted):
+    if isinstance(exc, JournalError | OSError):
         return exc
     if isinstance(exc, BaseExceptionGroup):
         for inner in exc.exceptions:
@@ -160,3 +167,39 @@ def store_failure(exc: BaseException) -> BaseException | None:
             if found is not None:
                 return found
     return None
+
+
+#: Seconds one request may take (real); the limiter's lease is derived from it.
+DEFAULT_TIMEOUT = 30.0
+
+
+def add_scaleout_options(parser: argparse.ArgumentParser) -> None:
+    """Add ``--limiter``, ``--accounts``, ``--lease`` and ``--timeout`` to ``parser``."""
+    parser.add_argument(
+        "--limiter",
+        metavar="URL",
+        help="order budget store: 'memory' (this process, default) or redis://host:6379/0 "
+        "(shared by every worker of an account; no order is sent while Redis is unreachable)",
+    )
+    parser.add_argument(
+        "--accounts",
+        metavar="FILE",
+        help="TOML file naming each account's token variable or file and base URL "
+        "(default: SHIPPING_ACCESS_TOKEN__<ACCOUNT>, SHIPPING_BASE_URL__<ACCOUNT>)",
+    )
+    parser.add_argument(
+        "--lease",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="a claimed job stays this worker's that long without renewal (60; real "
+        "seconds, never scaled by --sandbox-speed): others take over a dead worker's jobs "
+        "after it",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"seconds one request may take ({DEFAULT_TIMEOUT:g})",
+    )

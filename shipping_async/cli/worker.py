@@ -18,11 +18,12 @@ from typing import Any
 
 from shipping_async.cli._common import (
     add_rate_options,
+    add_scaleout_options,
     add_shipping_options,
     parse_rate,
     parse_speed,
 )
-from shipping_async.cli._shared_run import add_scaleout_options, run_shared
+from shipping_async.cli._run import SETUP, RunPlan, execute
 from shipping_async.cli._telemetry import add_telemetry_options
 
 __all__ = ["register", "run"]
@@ -57,6 +58,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Work until the journal's jobs are done; returns the exit code."""
     from shipping_async.bulk.choice import parse_choice
+    from shipping_async.scaleout.factory import is_shared_journal
 
     try:
         choose = parse_choice(args.choose)
@@ -66,5 +68,26 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("--lease and --timeout must be > 0, --concurrency >= 1")
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return run_shared(args, choose=choose, limit=limit, window_real=window, speed=speed)
+        return SETUP
+    return execute(
+        RunPlan(
+            command="worker",
+            args=args,
+            choose=choose,
+            limit=limit,
+            window_real=window,
+            speed=speed,
+            journal=args.journal,
+            out=args.out,
+            shared=is_shared_journal(args.journal),
+            retry_failed=args.retry_failed,
+            base_url=args.base_url,
+            limiter=args.limiter,
+            accounts=args.accounts,
+            lease=args.lease,
+            timeout=args.timeout,
+            concurrency=args.concurrency,
+            estimate_validity=args.estimate_validity,
+            progress=args.progress,
+        )
+    )
