@@ -9,8 +9,9 @@ state; finished ones are reported as resumed.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Iterable
 from pathlib import Path
+from typing import TypeVar
 
 from shipping_async.bulk._runner import Runner, new_worker_id
 from shipping_async.bulk.choice import EstimateChooser, cheapest
@@ -133,7 +134,13 @@ class BulkShipper:
 
 
 class _Feed:
-    """Reads the jobs, adds them to the journal a chunk at a time, hands them over."""
+    """Reads the jobs, adds what is ready to the journal, hands it over at once.
+
+    A reader task pulls from the source into a small queue; the feed takes what the queue
+    holds (a chunk at most) and hands it over without waiting for more, so a job from a
+    slow source (a message queue) starts as soon as it arrives. While the source waits
+    for its next item, a stop ends the feed at once and the reader is cancelled.
+    """
 
     def __init__(self, shipper: BulkShipper, jobs: AsyncIterator[Item]) -> None:
         self.shipper = shipper
@@ -141,24 +148,47 @@ class _Feed:
         self.chunk = max(1, min(32, shipper._concurrency))
 
     async def into(self, runner: Runner) -> None:
-        shipper = self.shipper
-        buffer: list[Item] = []
-        async for item in self.jobs:
-            await runner.enter()
-            if shipper.stopping:
-                runner.leave()
-                break
-            buffer.append(item)
-            if len(buffer) >= self.chunk or runner.full:
-                await self._start(runner, buffer)
-                buffer = []
-            if shipper.stopping:
-                break
-        if buffer and not shipper.stopping:
-            await self._start(runner, buffer)
-        else:
-            for _ in buffer:
-                runner.leave()
+        ready: asyncio.Queue[Item | _End] = asyncio.Queue(self.chunk)
+        reader = asyncio.create_task(self._read(ready))
+        try:
+            ended = False
+            while not ended:
+                got = await _unless_stopped(ready.get(), runner.stop_event)
+                first = None if got is None else got.result()
+                if first is None or isinstance(first, _End):
+                    break
+                batch: list[Item] = [first]
+                while len(batch) < self.chunk and not ready.empty():
+                    item = ready.get_nowait()
+                    if isinstance(item, _End):
+                        ended = True
+                        break
+                    batch.append(item)
+                admitted = 0
+                for _ in batch:
+                    if await _unless_stopped(runner.enter(), runner.stop_event) is None:
+                        break
+                    admitted += 1
+                if admitted < len(batch) or runner.stopping:
+                    for _ in range(admitted):
+                        runner.leave()
+                    break
+                await self._start(runner, batch)
+        finally:
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+        error = None if reader.cancelled() else reader.exception()
+        if error is not None:  # the source failed: the run says why
+            raise error
+
+    async def _read(self, ready: asyncio.Queue[Item | _End]) -> None:
+        try:
+            async for item in self.jobs:
+                await ready.put(item)
+        except Exception:
+            await ready.put(_END)  # the feed ends, then raises the source's error
+            raise
+        await ready.put(_END)
 
     async def _start(self, runner: Runner, items: list[Item]) -> None:
         jobs = [item for item in items if isinstance(item, ShipmentJob)]
@@ -186,6 +216,33 @@ class _Feed:
     def _retrying(self, record: JobRecord) -> bool:
         shipper = self.shipper
         return shipper._retry_failed and record.state is JobState.FAILED and record.retryable
+
+
+class _End:
+    """The source has no more jobs."""
+
+
+_END = _End()
+_T = TypeVar("_T")
+
+
+async def _unless_stopped(
+    awaitable: Awaitable[_T], stop: asyncio.Event
+) -> asyncio.Future[_T] | None:
+    """``awaitable`` run to its end (the finished future), or ``None`` once ``stop`` is
+    set first (then ``awaitable`` is cancelled)."""
+    task = asyncio.ensure_future(awaitable)
+    if not stop.is_set():
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait((task, stopped), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+    if task.done():
+        return task
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    return None
 
 
 async def _aiter(jobs: Iterable[Item] | AsyncIterable[Item]) -> AsyncIterator[Item]:
