@@ -38,7 +38,7 @@ async def test_a_job_from_a_stalled_source_starts_and_finishes_without_more_arri
         arrived = time.monotonic()
         queue.put_nowait(jobs[0])
         async with asyncio.timeout(5):
-            while not sandbox.control.requests(method="POST", path="/quotes"):
+            while not sandbox.control.requests(method="POST", path="/quotes"):  # noqa: ASYNC110
                 await asyncio.sleep(0.002)
         started = time.monotonic() - arrived
         first = await asyncio.wait_for(results.get(), 10)
