@@ -92,7 +92,11 @@ class QueueShipper:
                 if job is None:
                     await message.reject(requeue=False)
                     continue
-                self._pending.setdefault(job.key, []).append(message)
+                if job.key in self._pending:
+                    # Redelivered while its job is in flight: acknowledged with the first.
+                    self._pending[job.key].append(message)
+                    continue
+                self._pending[job.key] = [message]
                 yield job
 
 
