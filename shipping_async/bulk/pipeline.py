@@ -55,6 +55,7 @@ from shipping_async.errors import (
     APIResponseValidationError,
     APIStatusError,
     BadRequestError,
+    EstimateExpiredError,
     InternalServerError,
     NoHubForRouteError,
     NoPickupWindowError,
@@ -282,6 +283,11 @@ class JobPipeline:
         self._gate.sending()  # the client takes the permit itself, at once
         try:
             order = await self._client.orders.create(request)
+        except EstimateExpiredError:
+            # The client re-checked the estimate after a long wait for its permit and sent
+            # nothing: quote again, as for a 400 on an expired estimate.
+            await intent.withdraw()
+            return None
         except BadRequestError as exc:
             await intent.withdraw()  # refused: nothing was created
             try:
