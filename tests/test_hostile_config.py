@@ -77,3 +77,35 @@ def test_an_unreadable_token_file_is_a_configuration_error(
     monkeypatch.setenv("SHIPPING_ACCESS_TOKEN_FILE", str(tmp_path / "missing"))
     with pytest.raises(ConfigurationError, match="SHIPPING_ACCESS_TOKEN_FILE"):
         AsyncShippingClient(base_url="https://api.example.com/client_api/v2")
+
+
+async def test_the_bulk_command_reads_the_token_from_a_file(tmp_path: Path) -> None:
+    import asyncio
+    import csv
+    import os
+    import sys
+
+    from shipping_async.sandbox import SandboxServer
+
+    example = Path(__file__).parent.parent / "examples" / "shipments.csv"
+    rows = list(csv.DictReader(example.open(newline="", encoding="utf-8")))[:2]
+    source = tmp_path / "two.csv"
+    with source.open("w", newline="", encoding="utf-8") as file:
+        writer = csv.DictWriter(file, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    env = {k: v for k, v in os.environ.items() if k != "SHIPPING_ACCESS_TOKEN"}
+    async with SandboxServer(speed=100) as sandbox:
+        secret = tmp_path / "token"
+        secret.write_text(sandbox.token + "\n")
+        env["SHIPPING_ACCESS_TOKEN_FILE"] = str(secret)
+        command = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "shipping_async", "bulk", str(source),
+            "--base-url", sandbox.base_url, "--rate-limit", "20/0.6",
+            "--journal", str(tmp_path / "batch.journal"), "--progress", "plain",
+            env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        output, _ = await command.communicate()
+
+    assert command.returncode == 0, output.decode()
+    assert sandbox.control.requests(method="POST", path="/orders")

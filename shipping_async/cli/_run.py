@@ -150,10 +150,13 @@ class _Execution:
             await stack.enter_async_context(sandbox)
             return sandbox.clock, sandbox.base_url, {"SHIPPING_ACCESS_TOKEN": sandbox.token}
         if plan.fed:
+            from shipping_async._client import token_from_environment
+
             base_url = plan.base_url or os.environ.get("SHIPPING_BASE_URL", "")
-            if not os.environ.get("SHIPPING_ACCESS_TOKEN", "") or not base_url:
+            if not token_from_environment() or not base_url:
                 print(
-                    "error: set SHIPPING_ACCESS_TOKEN and --base-url (or SHIPPING_BASE_URL), "
+                    "error: set SHIPPING_ACCESS_TOKEN (or SHIPPING_ACCESS_TOKEN_FILE) and "
+                    "--base-url (or SHIPPING_BASE_URL), "
                     "or use --sandbox",
                     file=sys.stderr,
                 )
@@ -239,7 +242,7 @@ class _Execution:
         environ: dict[str, str] | None,
         telemetry: RunTelemetry,
     ) -> int:
-        from shipping_async._client import AsyncShippingClient
+        from shipping_async._client import AsyncShippingClient, token_from_environment
         from shipping_async.bulk.readers import count_rows, read_jobs
         from shipping_async.bulk.shipper import BulkShipper
         from shipping_async.scaleout.factory import close_limiter
@@ -247,7 +250,7 @@ class _Execution:
         plan = self.plan
         limiter = self._limiter_for(clock)("")
         stack.push_async_callback(close_limiter, limiter)
-        token = (environ or os.environ).get("SHIPPING_ACCESS_TOKEN", "")
+        token = environ["SHIPPING_ACCESS_TOKEN"] if environ else token_from_environment() or ""
         client = AsyncShippingClient(
             token,
             base_url=base_url or os.environ.get("SHIPPING_BASE_URL", ""),
@@ -278,7 +281,7 @@ class _Execution:
             failure = store_failure(exc)
             if failure is None:
                 raise
-            print(f"error: the journal failed mid-run: {failure}", file=sys.stderr)
+            print(f"error: the journal failed mid-run: {printable(failure)}", file=sys.stderr)
             print(f"shipments not finished; to continue: {self._resume()}", flush=True)
             return store_failure_code(failure)
         return await self._batch_summary(journal, shipper.stopping, bad)
@@ -304,7 +307,7 @@ class _Execution:
                 try:
                     order = await client.orders.get(int(order_text))
                 except (ValueError, ShippingError) as exc:
-                    print(f"error: {self.plan.reconcile}:{line}: {exc}", file=sys.stderr)
+                    print(f"error: {self.plan.reconcile}:{line}: {printable(exc)}", file=sys.stderr)
                     return 2
                 reference = record.job.order.customer_reference
                 if order.customer_reference not in (None, reference):
@@ -437,7 +440,7 @@ class _Execution:
             failure = store_failure(exc)
             if failure is None:
                 raise
-            print(f"error: the journal failed mid-run: {failure}", file=sys.stderr)
+            print(f"error: the journal failed mid-run: {printable(failure)}", file=sys.stderr)
             print("jobs not finished; run a worker again to continue", flush=True)
             raise _Failed(store_failure_code(failure)) from None
 
