@@ -33,16 +33,20 @@ from pathlib import Path
 
 import msgspec
 
+from shipping_async.bulk._recent_orders import SEND_ALLOWANCE
+from shipping_async.bulk.journal import JobState
 from shipping_async.bulk.readers import read_jobs
 from shipping_async.limiter import DEFAULT_MARGIN_SHARE
 from shipping_async.sandbox import SandboxServer
 from shipping_async.sandbox._log import RequestRecord
+from shipping_async.scaleout.factory import open_journal
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "shipments.csv"
 KINDS = ("random", "early", "pause")
 WINDOW = 60.0  # the API's window, sandbox seconds
 LIMIT = 20
+LEASE = 1.5  # real seconds a killed run's claims stay its own
 RUN_LIMIT = 60.0  # real seconds one uninterrupted run may take before the cycle fails
 
 
@@ -59,6 +63,11 @@ class Cycle:
     unknown: list[str] = field(default_factory=list)
     unknown_never_created: list[str] = field(default_factory=list)
     unknown_never_sent: list[str] = field(default_factory=list)  # no POST reached the server
+    # Of those: intent recorded at most SEND_ALLOWANCE before the kill that ended its run
+    # (the kill fell between the intent and the first byte, which no design avoids) ...
+    unknown_in_send_gap: list[str] = field(default_factory=list)
+    # ... or recorded long before: the job waited with its intent recorded (issue 13 item 1)
+    unknown_waited: list[str] = field(default_factory=list)
     restart_429s: int = 0  # organic 429s within window + margin of a restarted run's start
     other_429s: int = 0  # organic 429s elsewhere
     injected_429s: int = 0  # the sandbox's own fault answers (the 'pause' kills)
@@ -107,6 +116,9 @@ def bulk_argv(
         "plain",
         "--timeout",
         "2",
+        # Real seconds: a killed run's jobs come back to the next run after this.
+        "--lease",
+        f"{LEASE:g}",
     ]
     if limiter:
         argv += ["--limiter", limiter]
@@ -135,6 +147,7 @@ class _Runner:
         self.window_real = WINDOW / speed
         self.runs = 0
         self.starts: list[int] = []  # log length when each run started
+        self.kill_times: list[float] = []  # wall-clock time of each SIGKILL
         self.env = {**os.environ, "SHIPPING_ACCESS_TOKEN": sandbox.token}
 
     def log(self) -> list[RequestRecord]:
@@ -182,6 +195,7 @@ class _Runner:
         self.sandbox.control.clear_faults()
         if process.poll() is not None:
             return False
+        self.kill_times.append(time.time())
         process.send_signal(signal.SIGKILL)
         await asyncio.to_thread(process.wait)
         await asyncio.sleep(0.05)  # the server finishes the dead process's requests
@@ -257,8 +271,16 @@ async def run_cycle(
             cycle.exit_codes.append(await runner.finish(runner.start()))
         cycle.seconds = time.monotonic() - started
         log = runner.log()
+        # For a post-mortem: the sandbox's view, and where each run started in it.
+        await asyncio.to_thread(
+            (folder / "sandbox-log.jsonl").write_bytes,
+            b"\n".join(msgspec.json.encode(record) for record in log),
+        )
+        notes = f"starts={runner.starts!r}\nkills={runner.kill_times!r}\n"
+        await asyncio.to_thread((folder / "runs.txt").write_text, notes)
         last = runner.folder / f"results{runner.runs - 1}.jsonl"
         judge(cycle, log, runner.starts, last, keys, speed=speed)
+        await split_never_sent(cycle, journal, runner.kill_times)
         if cycle.exit_codes[-1] not in (0, 1):
             raise AssertionError(f"the last run exited {cycle.exit_codes[-1]}:\n{runner.logs()}")
     return cycle
@@ -313,3 +335,29 @@ def judge(
         default=0,
     )
     cycle.bound = (-(-len(keys) // LIMIT) - 1) * WINDOW / speed
+
+
+async def split_never_sent(cycle: Cycle, journal: str, kill_times: list[float]) -> None:
+    """Tell the never-sent unknown jobs that died in the send gap from those that waited.
+
+    The sandbox says the job's POST never arrived; the journal says when its intent was
+    recorded (real wall-clock time), the harness when it killed each run.
+    """
+    if not cycle.unknown_never_sent:
+        return
+    store = await open_journal(journal)
+    try:
+        intents = {
+            record.key: record.order_intent_at
+            async for record in store.records(states=[JobState.UNKNOWN])
+        }
+    finally:
+        await store.close()
+    for key in cycle.unknown_never_sent:
+        stamp = intents.get(key)
+        at = stamp.timestamp() if stamp is not None else None
+        kill = min((t for t in kill_times if at is not None and t >= at), default=None)
+        if at is not None and kill is not None and kill - at <= SEND_ALLOWANCE:
+            cycle.unknown_in_send_gap.append(key)
+        else:
+            cycle.unknown_waited.append(key)

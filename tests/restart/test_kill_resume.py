@@ -1,0 +1,60 @@
+"""SIGKILLed ``shipping-async bulk`` runs, resumed until done, judged by the sandbox's log.
+
+Each test runs the example batch (60 jobs) as real processes against a sandbox at speed
+20 (the 60 s window lasts 3 real seconds, longer than a process takes to start, so a
+restarted run's first orders would land in the window the killed one filled) and kills
+it three times: at a random moment, within one window after the restarted run's first
+order, and inside a 429 pause. See ``harness.py`` for how each figure is read from the
+sandbox's request log; ``benchmarks/kill_resume.py`` runs 20 such cycles.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.restart.harness import Cycle, run_cycle
+from tests.scaleout.conftest import POSTGRES_DSN, REDIS_URL
+
+SPEED = 20.0
+PLAN = ("random", "early", "pause")
+
+
+def assert_exactly_once_without_restart_429s(cycle: Cycle) -> None:
+    assert cycle.kills, "at least one run was killed"
+    assert cycle.duplicates == 0, cycle.created.most_common(3)
+    assert cycle.lost == []
+    assert cycle.restart_429s == 0
+    assert cycle.other_429s == 0
+    # A job left unknown had its POST /orders on the wire when its process died: the
+    # request reached the server (and, answered 201, created the order we have no id for).
+    # The one exception no design avoids: the kill fell between the intent's commit and
+    # the first byte (the intent was recorded at most half a real second before the kill;
+    # a loaded 2-core machine can take that long to fsync and send). A job that waited
+    # (a 429 pause, the limiter's queue) with its intent recorded fails here.
+    assert cycle.unknown_waited == []
+    assert set(cycle.unknown_never_sent) == set(cycle.unknown_in_send_gap)
+    assert set(cycle.statuses) == set(cycle.created)
+    assert {cycle.statuses[key] for key in cycle.statuses} <= {"done", "unknown"}
+
+
+async def test_killed_sqlite_runs_resume_to_each_job_ordered_once_without_restart_429s(
+    tmp_path: Path,
+) -> None:
+    cycle = await run_cycle(13, tmp_path, plan=PLAN, speed=SPEED)
+
+    assert_exactly_once_without_restart_429s(cycle)
+
+
+async def test_killed_postgres_redis_runs_resume_to_each_job_ordered_once(
+    tmp_path: Path, pg_schema: str, prefix: str, redis_client: object
+) -> None:
+    cycle = await run_cycle(
+        17,
+        tmp_path,
+        journal=f"{POSTGRES_DSN}?schema={pg_schema}",
+        limiter=f"{REDIS_URL}?prefix={prefix}",
+        plan=PLAN,
+        speed=SPEED,
+    )
+
+    assert_exactly_once_without_restart_429s(cycle)
