@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
 from datetime import date, time
 from typing import Any
 
@@ -36,6 +37,13 @@ from .support import (
 
 ORDERS = BASE_URL + "/orders"
 ORDER_7001 = ORDERS + "/7001"
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[AsyncShippingClient]:
+    """The SDK as users get it: lenient (the suite's default is strict, see conftest)."""
+    async with make_client(decoding="lenient") as shipping:
+        yield shipping
 
 
 def window() -> SchedulePickupRequest:
