@@ -116,7 +116,8 @@ class DayMonthYear(date):
         return cls(value.year, value.month, value.day)
 
     def wire(self) -> str:
-        return self.strftime(self.FORMAT)
+        # Not strftime: it writes year 1 as "1", the wire form needs four digits.
+        return f"{self.day:02d}-{self.month:02d}-{self.year:04d}"
 
 
 _CLOCK_TIME = re.compile(r"^(\d{1,2}):(\d{2})(?:[.:](\d{2}))?$")
@@ -242,6 +243,8 @@ _ISO_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
 #: the fixed-point text the spec asks for huge too.
 MAX_DECIMAL = 10**15
 MAX_DECIMAL_PLACES = 12
+#: The years a request date may have: those the OpenAPI document's date patterns admit.
+MIN_YEAR, MAX_YEAR = 1900, 2099
 
 
 def _decimal_text(value: Any) -> str:
@@ -276,6 +279,8 @@ def _wire_date(value: Any) -> str:
         parsed = DayMonthYear.parse(value)
     else:
         raise ValueError(f"expected a date or DD-MM-YYYY text, got {type(value).__name__}")
+    if not MIN_YEAR <= parsed.year <= MAX_YEAR:
+        raise ValueError(f"must be a date in {MIN_YEAR}-{MAX_YEAR}, got {value!r}")
     return parsed.isoformat()
 
 

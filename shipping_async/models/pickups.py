@@ -63,8 +63,9 @@ class SchedulePickupRequest(Model):
     time_to: time
 
     def check(self) -> None:
-        if self.time_to <= self.time_from:
-            raise RequestValidationError("time_to", "must be later than time_from")
+        # Compared as sent (HH:MM): 10:00:30 to 10:00:45 would go out as 10:00 to 10:00.
+        if HourMinute.of(self.time_to) <= HourMinute.of(self.time_from):
+            raise RequestValidationError("time_to", "must be a later minute than time_from")
 
     def to_wire(self) -> dict[str, Any]:
         return {

@@ -139,9 +139,11 @@ def test_a_pickup_takes_its_date_and_times_in_wire_form() -> None:
         pytest.param("scheduled_date", "2026/01/07", id="slashes"),
         pytest.param("time_from", "25:00", id="hour-25"),
         pytest.param("time_to", "noon", id="words"),
+        pytest.param("scheduled_date", date(1, 1, 1), id="year-1"),
+        pytest.param("time_to", time(10, 0, 30), id="same-minute-as-sent"),
     ],
 )
-def test_a_pickup_value_in_no_known_form_is_refused_by_name(field: str, value: str) -> None:
+def test_a_pickup_value_in_no_known_form_is_refused_by_name(field: str, value: Any) -> None:
     values: dict[str, Any] = {
         "scheduled_date": date(2026, 1, 7),
         "time_from": time(10),
