@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from shipping_async.clock import Clock
 from shipping_async.limiter import OrderLimiter
@@ -74,6 +74,22 @@ class OrderGate:
                     self._reserved += 1
                     return
                 await self._wait()
+
+    async def unless_closed(self, waiting: Awaitable[object]) -> bool:
+        """Wait for ``waiting``; ``False`` (it cancelled) if the run stops first."""
+        task = asyncio.ensure_future(waiting)
+        stopped = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait((task, stopped), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+        if task.done() and not task.cancelled():
+            task.result()
+            return True
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        # Finished as it was cancelled: it holds what it waited for.
+        return task.done() and not task.cancelled()
 
     def sending(self) -> None:
         """The admitted job is calling ``orders.create`` now: it takes the permit itself."""

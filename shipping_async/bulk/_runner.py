@@ -45,9 +45,13 @@ from shipping_async.bulk.results import ShipmentResult
 from shipping_async.clock import Clock
 from shipping_async.errors import ShippingError
 
-__all__ = ["DrainableJournal", "Runner", "new_worker_id"]
+__all__ = ["DEFAULT_MAX_IN_FLIGHT", "DrainableJournal", "Runner", "new_worker_id"]
 
 _log = logging.getLogger("shipping_async.bulk.runner")
+
+#: Jobs doing requests at once in a worker, across accounts: enough to keep one core busy
+#: with the API's answers taking tens of milliseconds, few enough that none waits long.
+DEFAULT_MAX_IN_FLIGHT = 64
 
 #: ``Runner.run``'s job source: given the runner, adds jobs and hands them over.
 Feed = Callable[["Runner"], Awaitable[None]]
@@ -74,7 +78,9 @@ class Runner:
     account in one lane (one client and limiter for all, as :class:`BulkShipper` does).
     ``lease`` is in real seconds at any clock speed: it guards against real failures.
     ``concurrency`` bounds the jobs in flight per lane (and, for a fed run, the jobs
-    handed over and not yet settled).
+    handed over and not yet settled). ``max_in_flight`` bounds the jobs doing requests at
+    once across every lane (first come, first served): a job takes its place once its
+    turn to order has come, before it is quoted, so no estimate waits for a place.
     """
 
     def __init__(
@@ -91,9 +97,12 @@ class Runner:
         worker_id: str | None = None,
         quote_ahead: int | None = None,
         one_lane: bool = False,
+        max_in_flight: int | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency: must be >= 1, got {concurrency}")
+        if max_in_flight is not None and max_in_flight < 1:
+            raise ValueError(f"max_in_flight: must be >= 1, got {max_in_flight}")
         if lease <= 0:
             raise ValueError(f"lease: must be > 0 seconds, got {lease}")
         self.journal = journal
@@ -108,6 +117,8 @@ class Runner:
         self.worker_id = worker_id or new_worker_id()
         self.quote_ahead = quote_ahead
         self.one_lane = one_lane
+        #: The places of jobs doing requests, shared by every lane (``None``: no bound).
+        self.work_places = asyncio.Semaphore(max_in_flight) if max_in_flight else None
         self.progress = RunProgress()
         self.claims = Claims(journal, clock, self.lease)
         #: Jobs this run left unfinished (stopped, claimed elsewhere), by key: why.
@@ -311,6 +322,7 @@ class _Lane:
             lease=runner.lease,
             estimate_validity=runner.estimate_validity,
             observe=lambda record: runner.progress.observe(record, clock.monotonic()),
+            work_places=runner.work_places,
         )
 
     @property

@@ -152,8 +152,11 @@ class JobPipeline:
         estimate_validity: float | None = None,
         max_requotes: int = 3,
         observe: Callable[[JobRecord], None] | None = None,
+        work_places: asyncio.Semaphore | None = None,
     ) -> None:
         self._client = client
+        # Shared by every pipeline of a run: jobs doing requests at once, across accounts.
+        self._work_places = work_places
         self._journal = journal
         self._choose = choose
         self._gate = gate
@@ -176,15 +179,20 @@ class JobPipeline:
         job = _Claim(self, record.key, record.claim_token)
         # Each stage is a span (with OpenTelemetry) and the job of its log lines.
         key, account = record.key, record.job.account
-        if record.state in (JobState.PENDING, JobState.QUOTED):
-            with job_stage(Stage.ORDER.value, key, account):
-                record = await self._order_stage(job, record)
-        if record.state is JobState.ORDERED:
-            with job_stage(Stage.WAYBILL.value, key, account):
-                record = await self._waybill_stage(job, record)
-        if record.state is JobState.WAYBILLED:
-            with job_stage(Stage.PICKUP.value, key, account):
-                record = await self._pickup_stage(job, record)
+        try:
+            if record.state in (JobState.PENDING, JobState.QUOTED):
+                with job_stage(Stage.ORDER.value, key, account):
+                    record = await self._order_stage(job, record)
+            if record.state is JobState.ORDERED:
+                await job.take_place()
+                with job_stage(Stage.WAYBILL.value, key, account):
+                    record = await self._waybill_stage(job, record)
+            if record.state is JobState.WAYBILLED:
+                await job.take_place()
+                with job_stage(Stage.PICKUP.value, key, account):
+                    record = await self._pickup_stage(job, record)
+        finally:
+            job.leave_place()
         return record
 
     # -- quote and order -------------------------------------------------------------------
@@ -197,25 +205,38 @@ class JobPipeline:
                 raise Stopped
             quoted_at: float | None = None  # monotonic; None: quoted by an earlier run
             for attempt in range(self._max_requotes + 1):
-                if record.state is JobState.PENDING:
-                    stage = "requote" if attempt else Stage.QUOTE.value  # requote: it expired
-                    with job_stage(stage, record.key, record.job.account):
-                        record = await self._quote(job, record)
-                    if record.state is not JobState.QUOTED:
-                        return record
-                    quoted_at = self._clock.monotonic()
+                # The turn to order first, then the quote: an estimate is made only when
+                # its order can be sent right after, so none expires waiting for a slot.
                 try:
                     await self._gate.admit()
                 except GateClosedError:
                     raise Stopped from None
-                if holding:  # admitted: the next job may quote now
-                    self._quote_places.release()
-                    holding = False
                 try:
+                    if not await job.take_place(until=self._gate):
+                        raise Stopped
+                    if record.state is JobState.PENDING:
+                        stage = "requote" if attempt else Stage.QUOTE.value  # it expired
+                        # The estimate's age counts from the request: the server made it
+                        # at some moment after that, however late the answer came.
+                        asked_at = self._clock.monotonic()
+                        with job_stage(stage, record.key, record.job.account):
+                            record = await self._quote(job, record)
+                        if record.state is not JobState.QUOTED:
+                            self._gate.sending()  # not sending after all: give the turn back
+                            return record
+                        quoted_at = asked_at
+                    if holding:  # quoted and admitted: the next job may go ahead
+                        self._quote_places.release()
+                        holding = False
                     fresh = await self._still_valid(record, quoted_at)
+                    if self._gate.closed:  # stopped while quoting: no new order starts
+                        raise Stopped
                 except ShippingError as exc:
                     self._gate.sending()  # not sending after all: give the turn back
                     return await job.fail(Stage.ORDER, exc)
+                except BaseException:
+                    self._gate.sending()
+                    raise
                 if not fresh:
                     self._gate.sending()
                     record = await job.record(JobState.PENDING)
@@ -377,12 +398,32 @@ class JobPipeline:
 class _Claim:
     """One job under one claim: every write names its token."""
 
-    __slots__ = ("key", "pipeline", "token")
+    __slots__ = ("key", "pipeline", "placed", "token")
 
     def __init__(self, pipeline: JobPipeline, key: str, token: str) -> None:
         self.pipeline = pipeline
         self.key = key
         self.token = token
+        self.placed = False  # holds one of the run's work places
+
+    async def take_place(self, *, until: OrderGate | None = None) -> bool:
+        """Hold one of the run's work places from now to the end of the job (once);
+        ``False`` if ``until``'s run stopped first."""
+        places = self.pipeline._work_places
+        if places is None or self.placed:
+            return True
+        if until is None:
+            await places.acquire()
+        elif not await until.unless_closed(places.acquire()):
+            return False
+        self.placed = True
+        return True
+
+    def leave_place(self) -> None:
+        places = self.pipeline._work_places
+        if places is not None and self.placed:
+            self.placed = False
+            places.release()
 
     async def record(self, state: JobState, **fields: Unpack[JobFields]) -> JobRecord:
         record = await self.pipeline._journal.record(self.token, self.key, state, **fields)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 
-from shipping_async.bulk._runner import DrainableJournal, Runner
+from shipping_async.bulk._runner import DEFAULT_MAX_IN_FLIGHT, DrainableJournal, Runner
 from shipping_async.bulk.choice import EstimateChooser
 from shipping_async.bulk.pipeline import ShippingClient
 from shipping_async.bulk.progress import RunProgress
@@ -39,7 +39,8 @@ class Worker:
     failures, not protocol time) is how long a claimed job stays this worker's without
     renewal: after a crash, others take its jobs over that much later. Leases are renewed
     every third of it; the journal is polled for jobs every tenth. ``concurrency`` bounds
-    the jobs in flight per account.
+    the jobs claimed per account; ``max_in_flight`` the jobs doing requests at once across
+    all accounts (first come, first served), sized for one core by default.
     """
 
     def __init__(
@@ -54,6 +55,7 @@ class Worker:
         retry_failed: bool = False,
         worker_id: str | None = None,
         clock: Clock | None = None,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     ) -> None:
         self.journal = journal
         self.runner = Runner(
@@ -66,6 +68,7 @@ class Worker:
             estimate_validity=estimate_validity,
             retry_failed=retry_failed,
             worker_id=worker_id,
+            max_in_flight=max_in_flight,
         )
         self.worker_id = self.runner.worker_id
         self.progress: RunProgress = self.runner.progress

@@ -174,7 +174,7 @@ DEFAULT_TIMEOUT = 30.0
 
 
 def add_scaleout_options(parser: argparse.ArgumentParser) -> None:
-    """Add ``--limiter``, ``--accounts``, ``--lease`` and ``--timeout`` to ``parser``."""
+    """Add ``--limiter``, ``--accounts``, ``--lease``, ``--timeout`` and ``--max-in-flight``."""
     parser.add_argument(
         "--limiter",
         metavar="URL",
@@ -202,4 +202,12 @@ def add_scaleout_options(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_TIMEOUT,
         metavar="SECONDS",
         help=f"seconds one request may take ({DEFAULT_TIMEOUT:g})",
+    )
+    parser.add_argument(
+        "--max-in-flight",
+        type=int,
+        default=64,
+        metavar="N",
+        help="jobs doing requests at once across all accounts, first come first served "
+        "(64: one core); --concurrency caps the jobs claimed per account",
     )

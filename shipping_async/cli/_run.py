@@ -75,6 +75,7 @@ class RunPlan:
     lease: float = 60.0
     timeout: float = 30.0
     concurrency: int = 32
+    max_in_flight: int = 64
     estimate_validity: float | None = None
     progress: str = "plain"
 
@@ -380,6 +381,7 @@ class _Execution:
             journal,
             clients.client,
             concurrency=plan.concurrency,
+            max_in_flight=plan.max_in_flight,
             lease=plan.lease,
             choose=plan.choose,
             estimate_validity=plan.estimate_validity,

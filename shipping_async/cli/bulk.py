@@ -92,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
         choose = parse_choice(args.choose)
         speed = parse_speed(args, default=DEFAULT_SANDBOX_SPEED if args.sandbox else 1.0)
         limit, window = _rate(args)
+        if args.concurrency < 1 or args.max_in_flight < 1:
+            raise ValueError("--concurrency and --max-in-flight must be >= 1")
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return SETUP
@@ -129,6 +131,7 @@ def run(args: argparse.Namespace) -> int:
             lease=args.lease,
             timeout=args.timeout,
             concurrency=args.concurrency,
+            max_in_flight=args.max_in_flight,
             estimate_validity=args.estimate_validity,
             progress=args.progress,
         )

@@ -64,8 +64,10 @@ def run(args: argparse.Namespace) -> int:
         choose = parse_choice(args.choose)
         speed = parse_speed(args)
         limit, window = parse_rate(args, speed=speed)
-        if args.lease <= 0 or args.timeout <= 0 or args.concurrency < 1:
-            raise ValueError("--lease and --timeout must be > 0, --concurrency >= 1")
+        if args.lease <= 0 or args.timeout <= 0 or args.concurrency < 1 or args.max_in_flight < 1:
+            raise ValueError(
+                "--lease and --timeout must be > 0, --concurrency and --max-in-flight >= 1"
+            )
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return SETUP
@@ -87,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
             lease=args.lease,
             timeout=args.timeout,
             concurrency=args.concurrency,
+            max_in_flight=args.max_in_flight,
             estimate_validity=args.estimate_validity,
             progress=args.progress,
         )

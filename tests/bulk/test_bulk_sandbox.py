@@ -83,11 +83,13 @@ async def test_a_failure_at_each_stage_is_a_result_and_the_batch_goes_on(tmp_pat
 
 
 async def test_an_expired_estimate_is_requoted_never_ordered() -> None:
-    # Estimates live 40 s of sandbox time; the third window opens 120 s in.
+    # Estimates live 40 s of sandbox time; five quotes answer 50 s after they were made.
+    # (A job is quoted only once its order can be sent, so only a late answer ages one.)
     async with (
         SandboxServer(speed=SPEED, seed=3, estimate_validity=40.0) as sandbox,
         client_for(sandbox) as client,
     ):
+        sandbox.control.add_fault("delay_after", "/quotes", method="POST", count=5, seconds=50)
         results = await ship_all(BulkShipper(client), make_jobs(50))
 
         assert Counter(r.status for r in results) == {ResultStatus.DONE: 50}
