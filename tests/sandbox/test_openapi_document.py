@@ -142,6 +142,30 @@ def test_the_examples_show_both_quote_shapes_both_weight_spellings_and_hub_order
     assert len(hub["shipments"]) == 2
 
 
+def _properties(node: Any, path: str = "") -> Iterator[tuple[str, str, Any]]:
+    if isinstance(node, dict):
+        for name, schema in node.get("properties", {}).items():
+            yield path, name, schema
+        for key, value in node.items():
+            yield from _properties(value, f"{path}/{key}")
+    elif isinstance(node, list):
+        for value in node:
+            yield from _properties(value, path)
+
+
+def test_every_date_and_time_carries_a_format_or_an_example_in_its_wire_form() -> None:
+    timely = re.compile(r"(_at|_at_utc|date|time|_from|_to|_delivered|time_zone_id)$")
+    bare = [
+        f"{path}.{name}"
+        for path, name, schema in _properties(DOCUMENT)
+        if timely.search(name)
+        and "$ref" not in schema
+        and schema.get("type") != "boolean"
+        and not {"format", "examples", "example"} & set(schema)
+    ]
+    assert bare == []
+
+
 def _pattern(schema: str, field: str) -> re.Pattern[str]:
     return re.compile(DOCUMENT["components"]["schemas"][schema]["properties"][field]["pattern"])
 
