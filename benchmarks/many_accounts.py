@@ -13,10 +13,10 @@ on it, with one client per account (tokens from ``SHIPPING_ACCESS_TOKEN__<ACCOUN
   ``shipping-async worker --journal postgresql://... --limiter redis://...`` drains it; the
   Redis is a private ``redis-server`` on a free port (so ``INFO commandstats`` counts only
   this run).
-- ``sqlite+memory``: one ``shipping-async bulk CSV --journal FILE`` (SQLite journal,
-  in-process limiter): reading the CSV and enqueueing are part of the run.
-- ``bulk 1 acct``: the same on one account, the limit lifted on both sides, so the figure is
-  the pipeline's own cost.
+- ``sqlite+memory``: the same with a SQLite journal file and the in-process limiter.
+- ``bulk 1 acct``: ``shipping-async bulk CSV --journal FILE`` on one account, the limit
+  lifted on both sides, so the figure is the pipeline's own cost (reading the CSV and
+  enqueueing included).
 
 Columns: ``jobs/s`` = jobs / (first to last request the sandbox saw, real seconds);
 ``bound`` = accounts x 20 per 60 sandbox seconds, in jobs/s; ``CPU ms/job`` and ``peak RSS``
@@ -56,6 +56,9 @@ ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 BENCH_DB = "shipping_bench"
 BENCH_DSN = f"postgresql://postgres@127.0.0.1:5432/{BENCH_DB}"
 LIMIT, WINDOW = 20, 60.0
+PROFILE = (
+    ["-m", "cProfile", "-o", os.environ["BENCH_PROFILE"]] if os.environ.get("BENCH_PROFILE") else []
+)
 LEASE_WORDS = ("could not be renewed", "lease lost")
 
 
@@ -257,39 +260,56 @@ async def enqueue(spec: str, batch: Path) -> None:
         await journal.close()
 
 
-async def measure_pg(accounts: int, jobs: int, args: argparse.Namespace) -> Row:
-    row = Row("pg+redis", accounts, jobs, accounts * LIMIT * args.speed / WINDOW)
+async def measure_worker(label: str, accounts: int, jobs: int, args: argparse.Namespace) -> Row:
+    """One ``shipping-async worker`` draining a journal filled beforehand."""
+    row = Row(label, accounts, jobs, accounts * LIMIT * args.speed / WINDOW)
+    postgres = label.startswith("pg")
     schema = f"bench_{uuid.uuid4().hex[:10]}"
-    spec = f"{BENCH_DSN}?schema={schema}"
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name)
+        spec = f"{BENCH_DSN}?schema={schema}" if postgres else str(folder / "journal.sqlite")
         batch = folder / "batch.csv"
         write_batch(batch, accounts, jobs)
-        with (
-            sandbox_process(folder, accounts, args.speed, LIMIT) as (base_url, tokens),
-            private_redis(folder) as redis_url,
-        ):
+        with contextlib.ExitStack() as stack:
+            base_url, tokens = stack.enter_context(
+                sandbox_process(folder, accounts, args.speed, LIMIT)
+            )
+            redis_url = stack.enter_context(private_redis(folder)) if postgres else None
             await enqueue(spec, batch)
-            redis = aioredis.Redis.from_url(redis_url)
-            await redis.config_resetstat()
-            before = await transactions()
-            command = [sys.executable, "-m", "shipping_async", "worker", "--journal", spec]
-            command += ["--limiter", redis_url, "--sandbox-speed", str(args.speed)]
-            command += ["--lease", str(args.lease), "--progress", "plain"]
+            redis = aioredis.Redis.from_url(redis_url) if redis_url else None
+            if redis is not None:
+                await redis.config_resetstat()
+            before = await transactions() if postgres else 0
+            command = [
+                sys.executable,
+                *PROFILE,
+                "-m",
+                "shipping_async",
+                "worker",
+                "--journal",
+                spec,
+            ]
+            if redis_url:
+                command += ["--limiter", redis_url]
+            command += ["--sandbox-speed", str(args.speed), "--lease", str(args.lease)]
+            command += ["--progress", "plain", *args.worker_args.split()]
             log = folder / "worker.log"
             row.code, usage, _ = run_measured(command, worker_env(base_url, tokens), log)
-            row.xacts = (await transactions() - before) / jobs
-            stats = await redis.info("commandstats")
-            await redis.aclose()
-            calls = {name: int(value["calls"]) for name, value in stats.items()}
-            row.redis_calls = (sum(calls.values()) - calls.get("cmdstat_info", 0)) / jobs
-            scripts = sum(v for k, v in calls.items() if "eval" in k or "fcall" in k)
-            row.scripts = scripts / jobs
+            if postgres:
+                row.xacts = (await transactions() - before) / jobs
+            if redis is not None:
+                stats = await redis.info("commandstats")
+                await redis.aclose()
+                calls = {name: int(value["calls"]) for name, value in stats.items()}
+                row.redis_calls = (sum(calls.values()) - calls.get("cmdstat_info", 0)) / jobs
+                scripts = sum(v for k, v in calls.items() if "eval" in k or "fcall" in k)
+                row.scripts = scripts / jobs
             _rusage(row, usage)
             read_log(row, log)
             await judge(row, base_url, next(iter(tokens.values())), args.speed)
             row.done = await count_done(spec)
-    await _drop_schema(schema)
+    if postgres:
+        await _drop_schema(schema)
     return row
 
 
@@ -378,6 +398,9 @@ async def main() -> None:
     parser.add_argument("--lease", type=float, default=10.0, help="the worker's --lease")
     parser.add_argument("--bulk-jobs", type=int, default=2000, help="jobs of the bulk row")
     parser.add_argument("--only", default="pg,sqlite,bulk", help="which kinds of rows")
+    parser.add_argument(
+        "--worker-args", default="", help="more options for the worker, e.g. '--max-in-flight 32'"
+    )
     args = parser.parse_args()
     pairs = list(
         zip(
@@ -400,11 +423,11 @@ async def main() -> None:
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     if "pg" in kinds:
         await ensure_database()
-        for accounts, jobs in pairs:
-            print_row(await measure_pg(accounts, jobs, args))
-    if "sqlite" in kinds:
-        for accounts, jobs in pairs:
-            print_row(await measure_bulk("sqlite+memory", accounts, jobs, args, lifted=False))
+    for accounts, jobs in pairs:  # side by side: both stores at each size
+        if "pg" in kinds:
+            print_row(await measure_worker("pg+redis", accounts, jobs, args))
+        if "sqlite" in kinds:
+            print_row(await measure_worker("sqlite+memory", accounts, jobs, args))
     if "bulk" in kinds:
         print_row(await measure_bulk("bulk 1 acct", 1, args.bulk_jobs, args, lifted=True))
 
