@@ -66,13 +66,11 @@ class Claims:
             if not claims:
                 continue
             try:
-                held = await self._journal.renew(claims, lease=self._lease)
+                await self._journal.renew(claims, lease=self._lease)
             except Exception as exc:  # the next beat tries again; the lease has slack
                 _log.warning("could not renew %d leases (%s); retrying", len(claims), exc)
-                continue
-            for key in claims.keys() - held:
-                if self._held.get(key) == claims[key]:
-                    _log.info("job %s: claimed again elsewhere; its task will stop", key)
+            # A lease claimed again elsewhere is not renewed; its task finds its next
+            # write refused and says so once (INFO, with the key).
 
 
 async def settle_crash(journal: Journal, record: JobRecord, exc: Exception) -> JobRecord | None:

@@ -272,6 +272,7 @@ class _Execution:
             concurrency=plan.concurrency,
             estimate_validity=plan.estimate_validity,
             retry_failed=plan.retry_failed,
+            lease=plan.lease,
         )
         assert plan.input is not None
         display = self._display(shipper.progress)

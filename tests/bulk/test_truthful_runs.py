@@ -20,11 +20,12 @@ from tests.bulk.test_bulk_cli import EXAMPLE, references, run_cli
 def test_bulk_at_a_high_sandbox_speed_finishes_every_job_with_no_lease_lost(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # At speed 2000 the API's 60 s window lasts 30 ms and bulk's 300 s lease, were it
-    # scaled too, 150 ms: it would lapse mid-run. Leases are real seconds, so the run is
-    # the run at speed 1. (Estimates, a protocol duration, still last 900 sandbox s.)
+    # At speed 500 the API's 60 s window lasts 0.12 s and a 3 s lease, were it scaled
+    # too, 6 ms: it would lapse at every wait. Leases are real seconds, so the run is the
+    # run at speed 1. (Estimates, a protocol duration, last 900 sandbox s: 1.8 s here.)
     out = tmp_path / "results.jsonl"
-    argv = ["--sandbox", "--sandbox-speed", "2000", "--out", str(out), "--progress", "plain"]
+    argv = ["--sandbox", "--sandbox-speed", "500", "--lease", "3", "--out", str(out)]
+    argv += ["--progress", "plain"]
     assert run_cli(str(EXAMPLE), *argv) == 0
     results = [json.loads(line) for line in out.read_text().splitlines()]
     assert sorted(result["key"] for result in results) == sorted(references())
