@@ -7,6 +7,7 @@ import contextlib
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -15,6 +16,9 @@ from shipping_async.bulk.journal import JobState
 from shipping_async.bulk.results import ResultStatus, ShipmentResult, Stage
 from shipping_async.bulk.shipper import BulkShipper
 from shipping_async.bulk.sqlite_journal import SQLiteJournal
+from shipping_async.errors import EstimateExpiredError
+from shipping_async.models import Order, OrderRequest
+from shipping_async.resources import Orders
 from shipping_async.sandbox import SandboxServer
 from tests.bulk.support import client_for, make_jobs, orders_created, statuses
 
@@ -194,3 +198,24 @@ async def test_in_flight_work_is_bounded_by_concurrency(concurrency: int) -> Non
         results = await ship_all(shipper, jobs())
         assert len(results) == 25
         assert peak <= concurrency
+
+
+async def test_an_estimate_the_client_finds_expired_after_its_wait_is_requoted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with SandboxServer(speed=SPEED, seed=9) as sandbox, client_for(sandbox) as client:
+        create = Orders.create
+        refused: list[int] = []
+
+        async def expired_once(self: Orders, request: OrderRequest, **options: Any) -> Order:
+            if not refused:  # what the client's re-check after a long permit wait raises
+                refused.append(request.quote_estimate_id)
+                raise EstimateExpiredError(request.quote_estimate_id, "expired while queued")
+            return await create(self, request, **options)
+
+        monkeypatch.setattr(Orders, "create", expired_once)
+        (result,) = await ship_all(BulkShipper(client), make_jobs(1))
+
+        assert result.status == ResultStatus.DONE
+        assert statuses(sandbox, "POST", "/orders") == {201: 1}
+        assert len(sandbox.control.requests(method="POST", path="/quotes")) == 2
