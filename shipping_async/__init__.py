@@ -15,10 +15,13 @@ from shipping_async.bulk import (
     JobState,
     Journal,
     OrderDetails,
+    Reconciler,
+    ReconcileReport,
     ShipmentJob,
     ShipmentResult,
     SQLiteJournal,
     read_jobs,
+    reconcile,
 )
 from shipping_async.clock import (
     Clock,
@@ -177,6 +180,8 @@ __all__ = [
     "QuoteRequest",
     "RateLimitError",
     "RateLimitInfo",
+    "ReconcileReport",
+    "Reconciler",
     "RemembersSent",
     "RequestValidationError",
     "RollingWindowLimiter",
@@ -218,4 +223,5 @@ __all__ = [
     "parse_event",
     "parse_rate_limit",
     "read_jobs",
+    "reconcile",
 ]

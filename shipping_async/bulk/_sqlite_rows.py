@@ -47,6 +47,13 @@ CREATE TABLE IF NOT EXISTS jobs (
     claim_token TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, account);
+CREATE INDEX IF NOT EXISTS jobs_by_order ON jobs (json_extract(facts, '$.order_id'));
+CREATE TABLE IF NOT EXISTS order_events (
+    order_id INTEGER PRIMARY KEY,
+    received_at TEXT NOT NULL,
+    deliveries INTEGER NOT NULL DEFAULT 1
+);
+CREATE INDEX IF NOT EXISTS order_events_by_time ON order_events (received_at);
 """
 COLUMNS = (
     "key, account, state, job, facts, attempts, lease_owner, lease_until, order_intent_at, "

@@ -114,6 +114,8 @@ class JobFields(TypedDict, total=False):
     error: str | None
     error_stage: str | None
     retryable: bool
+    #: How an unknown order was settled from evidence (see :mod:`shipping_async.bulk.reconcile`).
+    evidence: str | None
 
 
 class JobRecord(msgspec.Struct, kw_only=True, frozen=True):
@@ -139,6 +141,7 @@ class JobRecord(msgspec.Struct, kw_only=True, frozen=True):
     error: str | None = None
     error_stage: str | None = None
     retryable: bool = False
+    evidence: str | None = None
     attempts: int = 0  # how many times the job was claimed
     lease_owner: str | None = None
     claim_token: str | None = None  # new for every claim; every write must name it
@@ -257,12 +260,15 @@ class Journal(Protocol):
         """Give leases (key -> claim token) back untouched: the jobs stay claimable."""
         ...
 
-    async def reconcile(self, key: str, *, order_id: int | None) -> JobRecord:
+    async def reconcile(
+        self, key: str, *, order_id: int | None, evidence: str | None = None
+    ) -> JobRecord:
         """Settle an ``UNKNOWN`` job with what the caller found out.
 
         ``order_id`` given: the order exists, the job continues at ``ORDERED``.
         ``None``: the caller made sure no order was created; the job goes back to
         ``PENDING`` and will be quoted and ordered again. Either way unleased.
+        ``evidence`` says how it was found out (kept on the record).
         """
         ...
 

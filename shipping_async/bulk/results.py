@@ -80,6 +80,8 @@ class ShipmentResult(msgspec.Struct, kw_only=True, omit_defaults=True):
     retryable: bool = False
     resumed: bool = False
     row: int | None = None
+    #: How an unknown order outcome was settled (``reconciled from evidence: ...``).
+    evidence: str | None = None
 
     @classmethod
     def from_record(cls, record: JobRecord, *, resumed: bool = False) -> ShipmentResult:
@@ -109,6 +111,7 @@ class ShipmentResult(msgspec.Struct, kw_only=True, omit_defaults=True):
             error=record.error,
             retryable=record.retryable,
             resumed=resumed,
+            evidence=record.evidence,
         )
 
     @classmethod

@@ -23,6 +23,7 @@ import functools
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
@@ -37,6 +38,7 @@ from shipping_async.bulk._journal_store import (
     reconciled_state,
     wrong_state,
 )
+from shipping_async.bulk._sqlite_evidence import insert_events, select_events
 from shipping_async.bulk._sqlite_rows import (
     CHUNK,
     COLUMNS,
@@ -55,7 +57,9 @@ from shipping_async.bulk._sqlite_rows import (
     select_one,
     store_state,
     to_record,
+    wall_stamp,
 )
+from shipping_async.bulk.evidence import OrderEvidence
 from shipping_async.bulk.jobs import ShipmentJob
 from shipping_async.bulk.journal import (
     FINISHED_STATES,
@@ -201,14 +205,16 @@ class SQLiteJournal(JournalStore):
 
         await self._write(drop)
 
-    async def reconcile(self, key: str, *, order_id: int | None) -> JobRecord:
+    async def reconcile(
+        self, key: str, *, order_id: int | None, evidence: str | None = None
+    ) -> JobRecord:
         now = self._stamp()
 
         def settle(db: sqlite3.Connection) -> JobRecord:
             record = select_one(db, key)
             if record.state is not JobState.UNKNOWN:
                 raise not_unknown(key, record.state)
-            fields: JobFields = {**NO_ERROR, "order_id": order_id}
+            fields: JobFields = {**NO_ERROR, "order_id": order_id, "evidence": evidence}
             state = reconciled_state(order_id)
             return store_state(db, record, state, fields, now, lease=NO_LEASE)
 
@@ -250,6 +256,24 @@ class SQLiteJournal(JournalStore):
             return [row[0] for row in db.execute(sql + " ORDER BY account", params)]
 
         return await self._read(read)
+
+    async def record_order_received(self, order_ids: Sequence[int]) -> int:
+        """Record ``order_received`` evidence (see :mod:`shipping_async.bulk.evidence`)."""
+        if not order_ids:
+            return 0
+        return await self._write(
+            functools.partial(insert_events, order_ids=list(order_ids), stamp=wall_stamp())
+        )
+
+    async def order_received(
+        self, *, since: datetime, until: datetime | None = None
+    ) -> list[OrderEvidence]:
+        """Evidence first received within ``[since, until]`` (host wall clock)."""
+        return await self._read(functools.partial(select_events, since=since, until=until))
+
+    async def evidence_now(self) -> datetime:
+        """The host's wall clock: the clock of order intents in a SQLite journal."""
+        return datetime.now(UTC)
 
     async def counts(self) -> dict[JobState, int]:
         def count(db: sqlite3.Connection) -> dict[JobState, int]:

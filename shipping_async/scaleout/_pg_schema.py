@@ -63,6 +63,23 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
         # Claim-token fencing: every claim gets a new token, every write must name it.
         ("ALTER TABLE {s}.jobs ADD COLUMN claim_token text",),
     ),
+    (
+        3,
+        # Self-settling unknown orders (issue 10): order_received events as evidence, and
+        # how a job was settled from them.
+        (
+            "ALTER TABLE {s}.jobs ADD COLUMN evidence text",
+            "CREATE INDEX jobs_by_order ON {s}.jobs (order_id) WHERE order_id IS NOT NULL",
+            """
+            CREATE TABLE {s}.order_events (
+                order_id bigint PRIMARY KEY,
+                received_at timestamptz NOT NULL DEFAULT now(),
+                deliveries integer NOT NULL DEFAULT 1
+            )
+            """,
+            "CREATE INDEX order_events_by_time ON {s}.order_events (received_at)",
+        ),
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1][0]

@@ -23,7 +23,9 @@ and last ``1 / speed`` as long in real time, like every other duration of the ru
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from datetime import datetime
 from typing import Any, Self
 
 import asyncpg
@@ -43,6 +45,7 @@ from shipping_async.bulk._journal_store import (
     reconciled_state,
     wrong_state,
 )
+from shipping_async.bulk.evidence import OrderEvidence
 from shipping_async.bulk.jobs import ShipmentJob
 from shipping_async.bulk.journal import (
     FINISHED_STATES,
@@ -62,8 +65,8 @@ DEFAULT_SCHEMA = "shipping_async"
 _COLUMNS = (
     "key, account, state, job, quote_id, estimate_id, carrier, service, cost, currency, hub, "
     "order_id, waybills, pickup_confirmation, pickup_date, pickup_from, pickup_to, error, "
-    "error_stage, retryable, attempts, lease_owner, lease_until, order_intent_at, updated_at, "
-    "claim_token"
+    "error_stage, retryable, evidence, attempts, lease_owner, lease_until, order_intent_at, "
+    "updated_at, claim_token"
 )
 _J_COLUMNS = ", ".join(f"j.{column.strip()}" for column in _COLUMNS.split(","))  # claim's alias
 _PAGE = 500
@@ -111,6 +114,7 @@ class PostgresJournal(JournalStore):
         # Clock seconds per real second: leases run on the database's real clock.
         self._speed = clock.from_real(1.0) if clock is not None else 1.0
         self._jobs = f"{quote_ident(schema)}.jobs"
+        self._events = f"{quote_ident(schema)}.order_events"
         self._closed = False
 
     @classmethod
@@ -246,16 +250,19 @@ class PostgresJournal(JournalStore):
             list(claims.values()),
         )
 
-    async def reconcile(self, key: str, *, order_id: int | None) -> JobRecord:
+    async def reconcile(
+        self, key: str, *, order_id: int | None, evidence: str | None = None
+    ) -> JobRecord:
         state = reconciled_state(order_id)
         row = await self._pool.fetchrow(
             f"UPDATE {self._jobs} SET state = $2, order_id = $3, error = NULL, "
             "error_stage = NULL, retryable = false, lease_owner = NULL, lease_until = NULL, "
-            "claim_token = NULL, updated_at = now() "
+            "claim_token = NULL, updated_at = now(), evidence = $4 "
             f"WHERE key = $1 AND state = 'unknown' RETURNING {_COLUMNS}",
             key,
             state.value,
             order_id,
+            evidence,
         )
         if row is None:
             current = await self.get(key)
@@ -311,6 +318,52 @@ class PostgresJournal(JournalStore):
             await self._pool.close()
             if self._lease_pool is not self._pool:
                 await self._lease_pool.close()
+
+    # -- evidence: order_received events (see shipping_async.bulk.evidence) --------------
+
+    async def record_order_received(self, order_ids: Sequence[int]) -> int:
+        """Record ``order_received`` evidence, stamped with the database's ``now()``."""
+        if not order_ids:
+            return 0
+        counted = Counter(order_ids)  # one row per order in one statement
+        rows = await self._pool.fetch(
+            f"INSERT INTO {self._events} AS e (order_id, deliveries) "
+            "SELECT * FROM unnest($1::bigint[], $2::int[]) ON CONFLICT (order_id) "
+            "DO UPDATE SET deliveries = e.deliveries + EXCLUDED.deliveries "
+            "RETURNING (xmax = 0) AS new",
+            list(counted),
+            list(counted.values()),
+        )
+        return sum(1 for row in rows if row["new"])
+
+    async def order_received(
+        self, *, since: datetime, until: datetime | None = None
+    ) -> list[OrderEvidence]:
+        """Evidence first received within ``[since, until]`` (the database's clock)."""
+        rows = await self._pool.fetch(
+            "SELECT e.order_id, e.received_at, e.deliveries, "
+            f"(SELECT key FROM {self._jobs} j WHERE j.order_id = e.order_id "
+            "ORDER BY seq LIMIT 1) AS owner "
+            f"FROM {self._events} e WHERE e.received_at >= $1 "
+            "AND ($2::timestamptz IS NULL OR e.received_at <= $2) "
+            "ORDER BY e.received_at, e.order_id",
+            since,
+            until,
+        )
+        return [
+            OrderEvidence(
+                order_id=row["order_id"],
+                received_at=row["received_at"],
+                deliveries=row["deliveries"],
+                owner=row["owner"],
+            )
+            for row in rows
+        ]
+
+    async def evidence_now(self) -> datetime:
+        """The database's ``now()``: the clock of order intents and evidence."""
+        now: datetime = await self._pool.fetchval("SELECT now()")
+        return now
 
     # -- beyond the protocol: what many workers and the status command need --------------
 

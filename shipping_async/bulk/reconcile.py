@@ -1,0 +1,338 @@
+"""Unknown orders settle themselves: ``order_received`` events prove which orders exist.
+
+A job is ``UNKNOWN`` when POST /orders was on the wire and no usable answer came back (a
+dropped connection, a timeout, a 5xx, a dead process): an order may exist that the journal
+has no id for. The API offers no search by ``customer_reference``, but every new order
+fires ``shipment.updated.status`` / ``order_received`` with its id (section 6), recorded as
+evidence by the journal (:mod:`shipping_async.bulk.evidence`). For each unknown job:
+
+1. **Candidates**: orders first heard of within ``[intent - skew, intent + horizon]``
+   (the intent is stamped before the request is sent, on the same clock as the evidence),
+   that no *other* job holds.
+2. **Match**: ``GET /orders/{id}`` of each candidate; its ``customer_reference`` must be
+   the job's, and its ``quote_id`` the job's quote where both are known.
+3. **One match**: the job becomes ``ORDERED`` with that id (the run continues with the
+   waybill and the pickup), and :attr:`~shipping_async.bulk.journal.JobRecord.evidence`
+   says why. **Two matches**, or **two jobs with one reference**: left ``UNKNOWN``, and
+   the report says why. Nothing is ever guessed.
+4. **Silence**: no match although the API's whole retry horizon has passed since the
+   intent (:data:`SILENCE_HORIZON`: the first attempt and four retries about 20, 40, 60
+   and 80 s apart, each with a delivery timeout, plus a margin) while *other* orders'
+   events kept arriving (and the webhook is ``active``, when the caller can tell): the
+   order was most likely never created. That is reported; the job is sent again only
+   with ``resend_after_silence=True``.
+
+Its limits are those of its evidence: a webhook turned ``failing`` sends nothing, and a
+receiver that was down (or a process that did not record) loses the events of that time.
+Silence is therefore only *reported* unless the caller opts in, and it needs other events
+to have arrived after the intent, which a dead receiver could not have recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterable
+from datetime import datetime, timedelta
+from typing import Protocol
+
+import msgspec
+
+from shipping_async.bulk.evidence import EvidenceJournal, OrderEvidence, order_received_ids
+from shipping_async.bulk.journal import JobRecord, JournalStateError
+from shipping_async.clock import Clock, SystemClock
+from shipping_async.errors import NotFoundError, ShippingError
+from shipping_async.models.orders import Order
+from shipping_async.models.webhooks import WebhookEvent
+
+__all__ = [
+    "CLOCK_SKEW",
+    "DELIVERY_TIMEOUT",
+    "RETRY_DELAYS",
+    "SILENCE_HORIZON",
+    "ReconcileReport",
+    "Reconciler",
+    "Remaining",
+    "Settled",
+    "reconcile",
+]
+
+_log = logging.getLogger("shipping_async.bulk.reconcile")
+
+#: Seconds (API clock) after a failed delivery at which the API retries it (section 6).
+RETRY_DELAYS = (20.0, 40.0, 60.0, 80.0)
+#: How long the API waits for a receiver's answer: not shown by the spec; assumed.
+DELIVERY_TIMEOUT = 30.0
+#: Slack on top of the retry schedule (the spec says "about").
+SILENCE_MARGIN = 30.0
+#: API-clock seconds after an order intent by which its ``order_received`` event must have
+#: arrived at a receiver that answers: five attempts with their timeouts, the four
+#: retry delays, and the margin (380 s).
+SILENCE_HORIZON = sum(RETRY_DELAYS) + (len(RETRY_DELAYS) + 1) * DELIVERY_TIMEOUT + SILENCE_MARGIN
+#: Real seconds an event may seem to precede the intent (clocks of hosts and database).
+CLOCK_SKEW = 5.0
+_CACHE_LIMIT = 100_000  # references of orders read, kept across passes
+
+
+class _Orders(Protocol):
+    async def get(self, order_id: int, /) -> Order: ...
+
+
+class OrderReader(Protocol):
+    """What the reconciler needs of a client: ``GET /orders/{id}``."""
+
+    @property
+    def orders(self) -> _Orders: ...
+
+
+class Settled(msgspec.Struct, frozen=True, kw_only=True):
+    """A job settled by this pass: ``order_id`` found, or ``None`` when re-sent."""
+
+    key: str
+    order_id: int | None
+    evidence: str
+
+
+class Remaining(msgspec.Struct, frozen=True, kw_only=True):
+    """A job left ``UNKNOWN``, and why (``silent``: silence proven, not acted on)."""
+
+    key: str
+    reason: str
+    silent: bool = False
+
+
+class ReconcileReport(msgspec.Struct, kw_only=True):
+    """What one pass of the reconciler did."""
+
+    settled: list[Settled] = msgspec.field(default_factory=list)
+    resent: list[Settled] = msgspec.field(default_factory=list)
+    remaining: list[Remaining] = msgspec.field(default_factory=list)
+
+
+class Reconciler:
+    """Settles ``UNKNOWN`` jobs of ``journal`` from its ``order_received`` evidence.
+
+    ``horizon`` is in API-clock seconds (converted to real seconds with ``clock``, like
+    every protocol duration); ``skew`` in real seconds. ``webhook_active``, when given,
+    is asked before silence counts (a ``failing`` webhook proves nothing).
+    """
+
+    def __init__(
+        self,
+        journal: EvidenceJournal,
+        client: OrderReader,
+        *,
+        clock: Clock | None = None,
+        horizon: float = SILENCE_HORIZON,
+        skew: float = CLOCK_SKEW,
+        resend_after_silence: bool = False,
+        webhook_active: Callable[[], Awaitable[bool]] | None = None,
+    ) -> None:
+        if not isinstance(journal, EvidenceJournal):
+            raise TypeError("journal: keeps no order_received evidence")
+        if horizon <= 0 or skew < 0:
+            raise ValueError("horizon: must be > 0; skew: must be >= 0")
+        self.journal = journal
+        self.client = client
+        clock = clock or SystemClock()
+        self.horizon_real = timedelta(seconds=horizon / clock.from_real(1.0))
+        self._speed = clock.from_real(1.0)
+        self.skew = timedelta(seconds=skew)
+        self.resend_after_silence = resend_after_silence
+        self.webhook_active = webhook_active
+        self._references: dict[int, tuple[str | None, int | None]] = {}
+
+    async def record(self, events: Iterable[WebhookEvent]) -> int:
+        """Record the ``order_received`` events among ``events``; returns how many were new.
+
+        A receiver's handler: durable on return, so answer 200 only after it.
+        """
+        return await self.journal.record_order_received(order_received_ids(events))
+
+    async def run_once(self) -> ReconcileReport:
+        """One pass over every ``UNKNOWN`` job."""
+        report = ReconcileReport()
+        unknown = await self.journal.needs_reconciliation()
+        if not unknown:
+            return report
+        sharing = await self._references_shared([record.key for record in unknown])
+        now = await self.journal.evidence_now()
+        active: bool | None = None
+        for record in unknown:
+            reference = record.job.order.customer_reference
+            if record.order_intent_at is None:
+                report.remaining.append(Remaining(key=record.key, reason="no order intent time"))
+                continue
+            others = sharing.get(reference, set()) - {record.key}
+            if others:
+                reason = (
+                    f"customer_reference {reference!r} is shared with job(s) "
+                    f"{', '.join(sorted(others)[:5])}: evidence cannot tell their orders apart"
+                )
+                report.remaining.append(Remaining(key=record.key, reason=reason))
+                continue
+            outcome = await self._settle(record, now)
+            if isinstance(outcome, Settled):
+                report.settled.append(outcome)
+                continue
+            if outcome.silent:
+                if active is None:
+                    active = await self._webhook_active()
+                if not active:
+                    outcome = Remaining(
+                        key=record.key,
+                        reason=outcome.reason + "; but the webhook is not active: no proof",
+                    )
+                elif self.resend_after_silence:
+                    resent = await self._resend(record, outcome.reason)
+                    if resent is not None:
+                        report.resent.append(resent)
+                    continue
+            report.remaining.append(outcome)
+        return report
+
+    async def run_forever(self, stop: asyncio.Event, *, every: float) -> None:
+        """Reconcile every ``every`` real seconds until ``stop`` is set; errors are logged."""
+        while not stop.is_set():
+            try:
+                report = await self.run_once()
+            except (ShippingError, OSError) as exc:
+                _log.warning("reconciling unknown orders failed (tried again): %s", exc)
+            else:
+                for settled in report.settled:
+                    _log.info("job %s settled from evidence: %s", settled.key, settled.evidence)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), every)
+
+    # -- internals -------------------------------------------------------------------------
+
+    async def _settle(self, record: JobRecord, now: datetime) -> Settled | Remaining:
+        assert record.order_intent_at is not None
+        intent = record.order_intent_at
+        until = intent + self.horizon_real
+        events = await self.journal.order_received(since=intent - self.skew, until=until)
+        candidates = [e for e in events if e.owner is None or e.owner == record.key]
+        matches: list[OrderEvidence] = []
+        unread: list[str] = []
+        for event in candidates:
+            try:
+                found = await self._reference_of(event.order_id)
+            except ShippingError as exc:
+                unread.append(f"order {event.order_id}: {type(exc).__name__}")
+                continue
+            if found is not None and self._matches(record, *found):
+                matches.append(event)
+        if len(matches) == 1:
+            return await self._settled(record, matches[0])
+        if len(matches) > 1:
+            ids = ", ".join(str(match.order_id) for match in matches)
+            reason = f"{len(matches)} orders match customer_reference and quote: {ids}"
+            return Remaining(key=record.key, reason=reason)
+        if unread:
+            return Remaining(key=record.key, reason="could not read " + "; ".join(unread[:5]))
+        waited = now - intent
+        if now < until:
+            return Remaining(
+                key=record.key,
+                reason=f"no matching order_received event yet ({len(candidates)} "
+                f"candidate(s) read), {self._api_seconds(waited):.0f} of "
+                f"{self._api_seconds(self.horizon_real):.0f} s waited",
+            )
+        arrived = await self.journal.order_received(since=intent, until=now)
+        reason = (
+            f"no order_received event in {self._api_seconds(waited):.0f} s while "
+            f"{len(arrived)} other events arrived"
+        )
+        return Remaining(key=record.key, reason=reason, silent=bool(arrived))
+
+    @staticmethod
+    def _matches(record: JobRecord, reference: str | None, quote_id: int | None) -> bool:
+        if reference != record.job.order.customer_reference:
+            return False
+        return record.quote_id is None or quote_id is None or quote_id == record.quote_id
+
+    async def _settled(self, record: JobRecord, event: OrderEvidence) -> Settled | Remaining:
+        evidence = (
+            f"reconciled from evidence: order_received for order {event.order_id} at "
+            f"{event.received_at.isoformat(timespec='seconds')}, customer_reference matched"
+        )
+        try:
+            await self.journal.reconcile(record.key, order_id=event.order_id, evidence=evidence)
+        except JournalStateError as exc:  # settled meanwhile (a late answer, a person)
+            return Remaining(key=record.key, reason=f"settled meanwhile: {exc}")
+        return Settled(key=record.key, order_id=event.order_id, evidence=evidence)
+
+    async def _resend(self, record: JobRecord, reason: str) -> Settled | None:
+        evidence = f"re-sent after silence: {reason}"
+        try:
+            await self.journal.reconcile(record.key, order_id=None, evidence=evidence)
+        except JournalStateError:
+            return None
+        return Settled(key=record.key, order_id=None, evidence=evidence)
+
+    async def _reference_of(self, order_id: int) -> tuple[str | None, int | None] | None:
+        """The order's (customer_reference, quote_id), read once; ``None`` if it is gone."""
+        known = self._references.get(order_id)
+        if known is not None:
+            return known
+        try:
+            order = await self.client.orders.get(order_id)
+        except NotFoundError:
+            return None
+        if len(self._references) >= _CACHE_LIMIT:
+            self._references.clear()
+        found = (order.customer_reference, order.quote_id)
+        self._references[order_id] = found
+        return found
+
+    async def _references_shared(self, keys: list[str]) -> dict[str, set[str]]:
+        """customer_reference -> keys of every job with it, for the references of ``keys``."""
+        wanted: set[str] = set()
+        by_key: dict[str, str] = {}
+        async for record in self.journal.records():
+            by_key[record.key] = record.job.order.customer_reference
+        for key in keys:
+            wanted.add(by_key[key])
+        shared: dict[str, set[str]] = defaultdict(set)
+        for key, reference in by_key.items():
+            if reference in wanted:
+                shared[reference].add(key)
+        return shared
+
+    async def _webhook_active(self) -> bool:
+        if self.webhook_active is None:
+            return True  # the caller vouches for its receiver (documented)
+        try:
+            return await self.webhook_active()
+        except ShippingError as exc:
+            _log.warning("cannot read the webhook's status: %s", exc)
+            return False
+
+    def _api_seconds(self, real: timedelta) -> float:
+        return real.total_seconds() * self._speed
+
+
+async def reconcile(
+    journal: EvidenceJournal,
+    client: OrderReader,
+    events: Iterable[WebhookEvent] = (),
+    *,
+    clock: Clock | None = None,
+    horizon: float = SILENCE_HORIZON,
+    resend_after_silence: bool = False,
+) -> ReconcileReport:
+    """Record ``events`` (from your own receiver) and settle what they prove, once.
+
+    ::
+
+        report = await reconcile(journal, client, events_received_since_last_time)
+        for settled in report.settled: ...   # now ORDERED: a run continues them
+        for left in report.remaining: ...    # still UNKNOWN, and why
+    """
+    reconciler = Reconciler(
+        journal, client, clock=clock, horizon=horizon, resend_after_silence=resend_after_silence
+    )
+    await reconciler.record(events)
+    return await reconciler.run_once()
