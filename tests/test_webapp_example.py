@@ -20,8 +20,9 @@ from typing import Any
 
 import httpx
 import pytest
+from resources.support import order_request, quote_request
 
-from shipping_async import CancelledOrder
+from shipping_async import AsyncShippingClient, CancelledOrder, SQLiteOrderLedger
 from shipping_async.sandbox import SandboxServer
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -255,3 +256,36 @@ async def test_an_estimate_that_expires_while_queued_is_rechecked_not_sent_expir
         ("POST", "quotes", 201),
         ("POST", "orders", 201),
     ]
+
+
+async def test_a_cancelled_create_waits_for_its_answer_no_longer_than_the_timeout(
+    shipping_sandbox: SandboxServer, tmp_path: Path
+) -> None:
+    control = shipping_sandbox.control
+    # Created at once, answered 1 real second later: past the client's 0.3 s timeout.
+    control.add_fault("delay_after", "/orders", method="POST", seconds=100)
+    reports: list[CancelledOrder] = []
+    async with (
+        await SQLiteOrderLedger.open(tmp_path / "orders.ledger") as ledger,
+        AsyncShippingClient(
+            timeout=0.3, order_ledger=ledger, on_cancelled_order=reports.append
+        ) as client,
+    ):
+        quote = await client.quotes.create(quote_request())
+        request = order_request(quote_estimate_id=quote.estimates[0].estimate_id)
+        task = asyncio.create_task(client.orders.create(request))
+        await _until(lambda: posts(shipping_sandbox, request.customer_reference), "the POST")
+        started = time.monotonic()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        waited = time.monotonic() - started
+        entry = await ledger.get(request.customer_reference)
+
+    assert waited < 0.3 + 0.2  # the answer was given up on at the timeout
+    assert [(r.outcome, r.customer_reference) for r in reports] == [
+        ("unknown", request.customer_reference)
+    ]
+    assert entry is not None
+    assert entry.state == "unknown"
+    assert len(control.orders()) == 1  # the order exists: unknown was the right word
