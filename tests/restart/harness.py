@@ -3,13 +3,15 @@
 One *cycle* ships the example batch against a fresh sandbox (in this process, on a scaled
 clock): ``shipping-async bulk examples/shipments.csv --base-url URL --journal J --out R
 --rate-limit N/S`` runs as a real process and is SIGKILLed at seeded random moments, then
-started again with ``--resume``, until a run ends on its own. Kill moments are of three
+started again with ``--resume``, until a run ends on its own. Kill moments are of these
 kinds:
 
 - ``random``: anywhere in the run's first two windows after its first request;
 - ``early``: within one window after the restarted run's first POST /orders;
 - ``pause``: inside a 429 pause (the sandbox answers one POST /orders 429, like a full
-  window, and the process is killed while its limiter waits the pause out).
+  window, and the process is killed while its limiter waits the pause out);
+- ``burst`` (in a fixed plan only): just after the run's first half window of orders
+  was created, so that the next run starts while the server's window is still full.
 
 Everything is judged from the sandbox's request log, never from our journal: orders
 created per ``customer_reference``, 429s and when they came, and for every job the last
@@ -43,7 +45,7 @@ from shipping_async.scaleout.factory import open_journal
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "shipments.csv"
-KINDS = ("random", "early", "pause")
+KINDS = ("random", "early", "pause")  # drawn for seeded cycles; "burst" only in a plan
 WINDOW = 60.0  # the API's window, sandbox seconds
 LIMIT = 20
 LEASE = 1.5  # real seconds a killed run's claims stay its own
@@ -182,6 +184,9 @@ class _Runner:
             )
             seen = await self._until(process, lambda: self._injected_since(since))
             delay = self.rng.uniform(0, self.window_real * (1 + DEFAULT_MARGIN_SHARE))
+        elif kind == "burst":
+            seen = await self._until(process, lambda: self._created_since(since) >= LIMIT // 2)
+            delay = self.rng.uniform(0, self.window_real / 10)
         else:
             seen = await self._until(
                 process, lambda: self._first_since(since, orders=kind == "early")
@@ -206,6 +211,9 @@ class _Runner:
             not orders or (record.method == "POST" and record.path == "/orders")
             for record in self.log()[since:]
         )
+
+    def _created_since(self, since: int) -> int:
+        return sum(1 for record in self.log()[since:] if record.order_id is not None)
 
     def _injected_since(self, since: int) -> bool:
         return any(record.status == 429 and record.fault for record in self.log()[since:])
