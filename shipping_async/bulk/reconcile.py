@@ -96,11 +96,13 @@ class Settled(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Remaining(msgspec.Struct, frozen=True, kw_only=True):
-    """A job left ``UNKNOWN``, and why (``silent``: silence proven, not acted on)."""
+    """A job left ``UNKNOWN``, and why: ``waiting`` for evidence within its horizon, or
+    ``silent`` (silence proven, not acted on), or neither (ambiguous: a person decides)."""
 
     key: str
     reason: str
     silent: bool = False
+    waiting: bool = False
 
 
 class ReconcileReport(msgspec.Struct, kw_only=True):
@@ -129,6 +131,7 @@ class Reconciler:
         skew: float = CLOCK_SKEW,
         resend_after_silence: bool = False,
         webhook_active: Callable[[], Awaitable[bool]] | None = None,
+        client_for: Callable[[str], OrderReader] | None = None,
     ) -> None:
         if not isinstance(journal, EvidenceJournal):
             raise TypeError("journal: keeps no order_received evidence")
@@ -136,6 +139,7 @@ class Reconciler:
             raise ValueError("horizon: must be > 0; skew: must be >= 0")
         self.journal = journal
         self.client = client
+        self.client_for = client_for
         clock = clock or SystemClock()
         self.horizon_real = timedelta(seconds=horizon / clock.from_real(1.0))
         self._speed = clock.from_real(1.0)
@@ -218,7 +222,7 @@ class Reconciler:
         unread: list[str] = []
         for event in candidates:
             try:
-                found = await self._reference_of(event.order_id)
+                found = await self._reference_of(event.order_id, record.account)
             except ShippingError as exc:
                 unread.append(f"order {event.order_id}: {type(exc).__name__}")
                 continue
@@ -231,11 +235,13 @@ class Reconciler:
             reason = f"{len(matches)} orders match customer_reference and quote: {ids}"
             return Remaining(key=record.key, reason=reason)
         if unread:
-            return Remaining(key=record.key, reason="could not read " + "; ".join(unread[:5]))
+            reason = "could not read " + "; ".join(unread[:5])
+            return Remaining(key=record.key, reason=reason, waiting=now < until)
         waited = now - intent
         if now < until:
             return Remaining(
                 key=record.key,
+                waiting=True,
                 reason=f"no matching order_received event yet ({len(candidates)} "
                 f"candidate(s) read), {self._api_seconds(waited):.0f} of "
                 f"{self._api_seconds(self.horizon_real):.0f} s waited",
@@ -272,13 +278,17 @@ class Reconciler:
             return None
         return Settled(key=record.key, order_id=None, evidence=evidence)
 
-    async def _reference_of(self, order_id: int) -> tuple[str | None, int | None] | None:
-        """The order's (customer_reference, quote_id), read once; ``None`` if it is gone."""
+    async def _reference_of(
+        self, order_id: int, account: str
+    ) -> tuple[str | None, int | None] | None:
+        """The order's (customer_reference, quote_id), read once; ``None`` if it is gone
+        (or another account's: each account sees only its own orders)."""
         known = self._references.get(order_id)
         if known is not None:
             return known
+        client = self.client_for(account) if self.client_for is not None else self.client
         try:
-            order = await self.client.orders.get(order_id)
+            order = await client.orders.get(order_id)
         except NotFoundError:
             return None
         if len(self._references) >= _CACHE_LIMIT:

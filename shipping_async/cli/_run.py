@@ -34,6 +34,13 @@ from typing import Any
 from shipping_async.bulk.choice import EstimateChooser
 from shipping_async.bulk.journal import FINISHED_STATES, JobState
 from shipping_async.cli._common import drain, showing, store_failure, store_failure_code
+from shipping_async.cli._evidence import (
+    POLL,
+    WebhookPlan,
+    open_evidence,
+    print_report,
+    settle_unknowns,
+)
 from shipping_async.cli._telemetry import RunTelemetry, configure_cli_logging
 from shipping_async.cli._terminal import printable
 from shipping_async.clock import Clock, ScaledClock, SystemClock
@@ -78,6 +85,7 @@ class RunPlan:
     max_in_flight: int = 64
     estimate_validity: float | None = None
     progress: str = "plain"
+    webhook: WebhookPlan | None = None  # --webhook-listen/--webhook-url: settle unknowns
 
     @property
     def fed(self) -> bool:
@@ -265,28 +273,41 @@ class _Execution:
             code = await self._reconcile(client, journal)
             if code:
                 return code
-        shipper = BulkShipper(
-            client,
-            journal=journal,
-            choose=plan.choose,
-            concurrency=plan.concurrency,
-            estimate_validity=plan.estimate_validity,
-            retry_failed=plan.retry_failed,
-            lease=plan.lease,
-        )
+        reconciler = None
+        if plan.webhook is not None:
+            reconciler = await open_evidence(stack, plan.webhook, journal, client, clock)
         assert plan.input is not None
-        display = self._display(shipper.progress)
-        try:
-            with showing(display, shipper, total=count_rows(plan.input)):
-                bad = await drain(shipper.run(read_jobs(plan.input)), display, out=plan.out)
-        except Exception as exc:  # the store gone mid-run: say what is left, no traceback
-            failure = store_failure(exc)
-            if failure is None:
-                raise
-            print(f"error: the journal failed mid-run: {printable(failure)}", file=sys.stderr)
-            print(f"shipments not finished; to continue: {self._resume()}", flush=True)
-            return store_failure_code(failure)
-        return await self._batch_summary(journal, shipper.stopping, bad)
+        while True:  # a pass more after unknown orders were settled from evidence
+            shipper = BulkShipper(
+                client,
+                journal=journal,
+                choose=plan.choose,
+                concurrency=plan.concurrency,
+                estimate_validity=plan.estimate_validity,
+                retry_failed=plan.retry_failed,
+                lease=plan.lease,
+            )
+            display = self._display(shipper.progress)
+            try:
+                with showing(display, shipper, total=count_rows(plan.input)):
+                    bad = await drain(shipper.run(read_jobs(plan.input)), display, out=plan.out)
+            except Exception as exc:  # the store gone mid-run: say what is left, no traceback
+                failure = store_failure(exc)
+                if failure is None:
+                    raise
+                print(f"error: the journal failed mid-run: {printable(failure)}", file=sys.stderr)
+                print(f"shipments not finished; to continue: {self._resume()}", flush=True)
+                return store_failure_code(failure)
+            if reconciler is None or shipper.stopping or not await self._settled(reconciler):
+                return await self._batch_summary(journal, shipper.stopping, bad)
+
+    @staticmethod
+    async def _settled(reconciler: Any) -> bool:
+        """Settle unknown orders from evidence (waiting out their horizon); True when a
+        job was settled or re-sent, so that another pass continues it."""
+        report = await settle_unknowns(reconciler, asyncio.Event())
+        print_report(report)
+        return bool(report.settled or report.resent)
 
     def _resume(self) -> str:
         return f"shipping-async bulk {self.plan.input} --journal {self.path} --resume"
@@ -378,21 +399,43 @@ class _Execution:
         except (AccountConfigError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return SETUP
-        worker = Worker(
-            journal,
-            clients.client,
-            concurrency=plan.concurrency,
-            max_in_flight=plan.max_in_flight,
-            lease=plan.lease,
-            choose=plan.choose,
-            estimate_validity=plan.estimate_validity,
-            retry_failed=plan.retry_failed,
-            clock=clock,
-        )
-        try:
-            bad = await self._work(worker, len(keys) if keys is not None else 0)
-        except _Failed as failed:
-            return failed.code
+        reconciler = None
+        if plan.webhook is not None:
+            accounts = await journal.accounts_with_work(retry_failed=plan.retry_failed)
+            client = clients.client(accounts[0] if accounts else "")
+            reconciler = await open_evidence(
+                stack, plan.webhook, journal, client, clock, client_for=clients.client
+            )
+        while True:  # a pass more after unknown orders were settled from evidence
+            worker = Worker(
+                journal,
+                clients.client,
+                concurrency=plan.concurrency,
+                max_in_flight=plan.max_in_flight,
+                lease=plan.lease,
+                choose=plan.choose,
+                estimate_validity=plan.estimate_validity,
+                retry_failed=plan.retry_failed,
+                clock=clock,
+            )
+            stop = asyncio.Event()
+            side = None
+            if reconciler is not None:  # settles while the worker drains (it continues them)
+                side = asyncio.create_task(reconciler.run_forever(stop, every=POLL))
+            try:
+                bad = await self._work(worker, len(keys) if keys is not None else 0)
+            except _Failed as failed:
+                return failed.code
+            finally:
+                stop.set()
+                if side is not None:
+                    await side
+            if reconciler is None or worker.stopping:
+                break
+            if not await self._settled(reconciler) and not await journal.accounts_with_work(
+                retry_failed=plan.retry_failed
+            ):
+                break
         if keys is not None:
             bad = await self._report_batch(journal, keys)
         return await self._journal_summary(journal, worker.stopping, bad, batch=keys is not None)

@@ -29,6 +29,7 @@ from shipping_async.cli._common import (
     parse_rate,
     parse_speed,
 )
+from shipping_async.cli._evidence import add_webhook_options, webhook_plan
 from shipping_async.cli._run import SETUP, RunPlan, execute
 from shipping_async.cli._telemetry import add_telemetry_options
 
@@ -80,6 +81,7 @@ def register(subparsers: Any) -> None:
     )
     add_scaleout_options(parser)
     add_telemetry_options(parser)
+    add_webhook_options(parser)
     parser.set_defaults(handler=run)
 
 
@@ -94,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
         limit, window = _rate(args)
         if args.concurrency < 1 or args.max_in_flight < 1:
             raise ValueError("--concurrency and --max-in-flight must be >= 1")
+        webhook = webhook_plan(args)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return SETUP
@@ -133,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
             concurrency=args.concurrency,
             max_in_flight=args.max_in_flight,
             estimate_validity=args.estimate_validity,
+            webhook=webhook,
             progress=args.progress,
         )
     )

@@ -23,6 +23,7 @@ from shipping_async.cli._common import (
     parse_rate,
     parse_speed,
 )
+from shipping_async.cli._evidence import add_webhook_options, webhook_plan
 from shipping_async.cli._run import SETUP, RunPlan, execute
 from shipping_async.cli._telemetry import add_telemetry_options
 
@@ -52,6 +53,7 @@ def register(subparsers: Any) -> None:
         parser, concurrency=32, concurrency_help="jobs in flight per account", progress="plain"
     )
     add_telemetry_options(parser)
+    add_webhook_options(parser)
     parser.set_defaults(handler=run)
 
 
@@ -68,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(
                 "--lease and --timeout must be > 0, --concurrency and --max-in-flight >= 1"
             )
+        webhook = webhook_plan(args)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return SETUP
@@ -91,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
             concurrency=args.concurrency,
             max_in_flight=args.max_in_flight,
             estimate_validity=args.estimate_validity,
+            webhook=webhook,
             progress=args.progress,
         )
     )

@@ -149,6 +149,9 @@ async def _apply(
         return response
     if fault.kind == "drop_after":
         return _drop(request)
+    if fault.kind == "status_after":  # processed, then a gateway's error instead
+        assert fault.status is not None
+        return error_response(fault.status, fault.error_text())
     body = response.body if isinstance(response, web.Response) else b""
     raw = body if isinstance(body, bytes) else b""
     return web.Response(

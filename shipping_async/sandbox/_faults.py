@@ -5,6 +5,8 @@ Kinds (wire names of ``POST /_sandbox/faults``):
 - ``status``: answer ``status`` (400-599) with a JSON error body; the request is not
   processed (a gateway answered in the service's place). A 429 without ``message``
   says what the sandbox's own 429 says (``20 of 20 in 0.6 seconds`` at speed 100).
+- ``status_after``: process the request (an order IS created), then answer ``status``
+  (400-599) instead of its answer: a gateway that failed after the service acted.
 - ``delay``: wait ``seconds`` of sandbox time, then process the request normally.
 - ``delay_after``: process the request (an order IS created), then wait ``seconds`` of
   sandbox time before answering: a slow answer a client may give up on.
@@ -85,11 +87,11 @@ class FaultBook:
             raise ValueError("count must be >= 1")
         if not request.path.startswith("/"):
             raise ValueError("path must start with '/' (relative to /client_api/v2)")
-        if request.kind == "status":
+        if request.kind in ("status", "status_after"):
             if request.status is None or not 400 <= request.status <= 599:
-                raise ValueError("a status fault needs status between 400 and 599")
+                raise ValueError(f"a {request.kind} fault needs status between 400 and 599")
         elif request.status is not None:
-            raise ValueError("status is only for kind 'status'")
+            raise ValueError("status is only for kinds 'status' and 'status_after'")
         if request.kind in ("delay", "delay_after"):
             if request.seconds is None or not request.seconds >= 0:
                 raise ValueError(f"a {request.kind} fault needs seconds >= 0")

@@ -176,7 +176,14 @@ class StatusChangeRequest(_Strict):
 
 
 FaultKind = Literal[
-    "status", "delay", "delay_after", "drop_before", "drop_after", "malformed", "carrier_rejection"
+    "status",
+    "status_after",
+    "delay",
+    "delay_after",
+    "drop_before",
+    "drop_after",
+    "malformed",
+    "carrier_rejection",
 ]
 
 

@@ -1,0 +1,84 @@
+"""Unknown orders settle from real webhook deliveries: the bulk command against the sandbox.
+
+Judged by the sandbox's own request log (one order per customer_reference) and by the
+journal only for the job's final state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections import Counter
+from pathlib import Path
+
+from shipping_async.bulk.journal import JobState
+from shipping_async.bulk.sqlite_journal import SQLiteJournal
+from shipping_async.sandbox import SandboxServer
+from tests.bulk.support import orders_created
+from tests.bulk.test_bulk_cli import SPEED, references, start_cli
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def webhook_options() -> list[str]:
+    port = free_port()
+    return [
+        "--webhook-listen", f"127.0.0.1:{port}",
+        "--webhook-url", f"http://127.0.0.1:{port}/hook",
+    ]  # fmt: skip
+
+
+async def run(process: asyncio.subprocess.Process) -> tuple[int, str]:
+    async with asyncio.timeout(120):
+        out, _ = await process.communicate()
+    assert process.returncode is not None
+    return process.returncode, out.decode(errors="replace")
+
+
+async def test_orders_created_without_an_answer_end_done_with_their_own_order_once(
+    tmp_path: Path,
+) -> None:
+    journal = tmp_path / "batch.journal"
+    results = tmp_path / "results.jsonl"
+    async with SandboxServer(speed=SPEED, seed=21) as sandbox:
+        control = sandbox.control
+        # The first orders (hub orders: two order_received events each) are created, and
+        # then: the connection dropped, a 502 from a gateway, an answer too late.
+        control.add_fault("drop_after", "/orders", method="POST", count=2)
+        control.add_fault("status_after", "/orders", method="POST", status=502)
+        control.add_fault("delay_after", "/orders", method="POST", seconds=3000)
+        process = await start_cli(
+            sandbox, journal, "--out", str(results), "--timeout", "3", *webhook_options()
+        )
+        code, output = await run(process)
+        assert code == 0, output
+        logged = orders_created(sandbox)
+        # The sandbox's own orders (the late answer's request is not logged yet).
+        orders = control.orders()
+        ids = {order["customer_reference"]: order["id"] for order in orders}
+    created = Counter(order["customer_reference"] for order in orders)
+    assert created == dict.fromkeys(references(), 1)  # every reference once, none twice
+    assert all(count == 1 for count in logged.values())
+    assert len(ids) == len(references())
+    settled = []
+    async with await SQLiteJournal.open(journal) as store:
+        for reference, order_id in ids.items():
+            job = await store.get(reference)
+            assert job is not None
+            assert job.state is JobState.DONE
+            assert job.order_id == order_id
+            if job.evidence is not None:
+                assert "reconciled from evidence" in job.evidence
+                settled.append(reference)
+    assert len(settled) == 4  # the four faulted orders, and no other
+    lines = [json.loads(line) for line in results.read_text().splitlines()]
+    assert sorted(line["status"] for line in lines) == ["done"] * len(references())
+    reconciled = [line for line in lines if "evidence" in line]
+    assert len(reconciled) == 4
+    assert "settled" in output
