@@ -34,13 +34,16 @@ NEXT_STAGE = {
 class Claims:
     """The claims one runner holds (key -> claim token), and their renewal."""
 
-    __slots__ = ("_clock", "_held", "_journal", "_lease")
+    __slots__ = ("_clock", "_held", "_journal", "_lease", "_live_until")
 
     def __init__(self, journal: Journal, clock: Clock, lease: float) -> None:
         self._journal = journal
         self._clock = clock
         self._lease = lease  # seconds of the clock
         self._held: dict[str, str] = {}
+        # When (clock.monotonic) each lease runs out at the earliest: the store set it to
+        # "its now + lease" at a moment after we asked, so "asked + lease" is a floor.
+        self._live_until: dict[str, float] = {}
 
     def __contains__(self, key: object) -> bool:
         return key in self._held
@@ -51,12 +54,26 @@ class Claims:
     def keys(self) -> list[str]:
         return list(self._held)
 
-    def hold(self, record: JobRecord) -> None:
+    def hold(self, record: JobRecord, *, asked_at: float) -> None:
+        """Keep ``record``'s claim, granted by a claim call made at ``asked_at``."""
         assert record.claim_token is not None
         self._held[record.key] = record.claim_token
+        self._live_until[record.key] = asked_at + self._lease
 
     def drop(self, key: str) -> None:
         self._held.pop(key, None)
+        self._live_until.pop(key, None)
+
+    def surely_live(self, key: str) -> bool:
+        """Whether ``key``'s lease has at least half its length left for sure: then nobody
+        else can have claimed the job, and a fence before a request needs no round trip."""
+        until = self._live_until.get(key)
+        return until is not None and self._clock.monotonic() < until - self._lease / 2
+
+    def renewed(self, key: str, *, asked_at: float) -> None:
+        """``key``'s lease was renewed by a call made at ``asked_at``."""
+        if key in self._held:
+            self._live_until[key] = asked_at + self._lease
 
     async def heartbeat(self) -> None:
         """Renew every held lease every third of the lease, until cancelled."""
@@ -65,10 +82,15 @@ class Claims:
             claims = dict(self._held)
             if not claims:
                 continue
+            asked_at = self._clock.monotonic()
             try:
-                await self._journal.renew(claims, lease=self._lease)
+                held = await self._journal.renew(claims, lease=self._lease)
             except Exception as exc:  # the next beat tries again; the lease has slack
                 _log.warning("could not renew %d leases (%s); retrying", len(claims), exc)
+                continue
+            for key in held:
+                if self._held.get(key) == claims[key]:
+                    self.renewed(key, asked_at=asked_at)
             # A lease claimed again elsewhere is not renewed; its task finds its next
             # write refused and says so once (INFO, with the key).
 

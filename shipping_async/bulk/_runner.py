@@ -322,6 +322,7 @@ class _Lane:
             lease=runner.lease,
             estimate_validity=runner.estimate_validity,
             observe=lambda record: runner.progress.observe(record, clock.monotonic()),
+            leases=runner.claims,
             work_places=runner.work_places,
         )
 
@@ -346,12 +347,13 @@ class _Lane:
             while not runner.stopping:
                 self.wake.clear()
                 free = await self._free_places()
+                asked_at = self.client.clock.monotonic()
                 claimed = await self._claim(free)
                 for _ in range(free - len(claimed)):
                     self.places.release()
                 for record in claimed:
                     self.active.add(record.key)
-                    runner.claims.hold(record)
+                    runner.claims.hold(record, asked_at=asked_at)
                     runner.progress.observe(record, self.client.clock.monotonic())
                     jobs.create_task(self._work(record))
                 if claimed and len(claimed) == free:

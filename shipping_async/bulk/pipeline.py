@@ -115,6 +115,13 @@ class ShippingClient(Protocol):
     def clock(self) -> Clock: ...
 
 
+class LeaseView(Protocol):
+    """What the pipeline asks of the runner's leases (see ``bulk._leases.Claims``)."""
+
+    def surely_live(self, key: str) -> bool: ...
+    def renewed(self, key: str, *, asked_at: float) -> None: ...
+
+
 class Stopped(Exception):
     """The run is stopping and this job had not started its order: it stays resumable."""
 
@@ -153,6 +160,7 @@ class JobPipeline:
         max_requotes: int = 3,
         observe: Callable[[JobRecord], None] | None = None,
         work_places: asyncio.Semaphore | None = None,
+        leases: LeaseView | None = None,
     ) -> None:
         self._client = client
         # Shared by every pipeline of a run: jobs doing requests at once, across accounts.
@@ -162,6 +170,7 @@ class JobPipeline:
         self._gate = gate
         self._quote_places = asyncio.Semaphore(quote_ahead)
         self._lease = lease
+        self._leases = leases
         self._validity = estimate_validity
         self._max_requotes = max_requotes
         self._clock = client.clock
@@ -447,10 +456,16 @@ class _Claim:
     async def hold(self) -> None:
         """Renew the lease before a request a stale task must not make (takes a lapsed
         one back when nobody claimed the job since); :class:`LeaseLostError` otherwise."""
-        journal = self.pipeline._journal
-        held = await journal.renew({self.key: self.token}, lease=self.pipeline._lease)
+        pipeline = self.pipeline
+        leases = pipeline._leases
+        if leases is not None and leases.surely_live(self.key):
+            return  # nobody else can have claimed it: no round trip needed
+        asked_at = pipeline._clock.monotonic()
+        held = await pipeline._journal.renew({self.key: self.token}, lease=pipeline._lease)
         if self.key not in held:
             raise LeaseLostError(f"job {self.key!r}: the job was claimed again; left to that claim")
+        if leases is not None:
+            leases.renewed(self.key, asked_at=asked_at)
 
     async def ordered(self, order_id: int) -> JobRecord:
         """Record the created order; if a lease race took the job meanwhile, say so truly.
