@@ -60,7 +60,7 @@ from shipping_async.bulk.jobs import InvalidJob, ShipmentJob
 from shipping_async.errors import InputFileError, RequestValidationError
 from shipping_async.models import validate_request
 
-__all__ = ["MAX_LINE_BYTES", "count_rows", "read_jobs"]
+__all__ = ["MAX_LINE_BYTES", "count_rows", "read_jobs", "read_numbered_jobs"]
 
 _REQUIRED = (
     "customer_reference",
@@ -151,6 +151,11 @@ def read_jobs(path: str | Path) -> Iterator[ShipmentJob | InvalidJob]:
     file itself cannot be read: bytes that are not UTF-8, a CSV field over
     ``csv.field_size_limit()``, a line over :data:`MAX_LINE_BYTES`. Nothing else escapes.
     """
+    return (item for _, item in read_numbered_jobs(path))
+
+
+def read_numbered_jobs(path: str | Path) -> Iterator[tuple[int, ShipmentJob | InvalidJob]]:
+    """:func:`read_jobs` with the line each job starts on: ``(line, job)``."""
     path = Path(path)
     if _is_jsonl(path):
         return _read_jsonl(path)
@@ -223,32 +228,35 @@ def _csv_rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
         )
 
 
-def _read_csv(path: Path) -> Iterator[ShipmentJob | InvalidJob]:
+def _read_csv(path: Path) -> Iterator[tuple[int, ShipmentJob | InvalidJob]]:
     for line, row in _csv_rows(path):
-        yield _job_or_error(row, line)
+        yield line, _job_or_error(row, line)
 
 
-def _read_jsonl(path: Path) -> Iterator[ShipmentJob | InvalidJob]:
+def _read_jsonl(path: Path) -> Iterator[tuple[int, ShipmentJob | InvalidJob]]:
     for line_number, line in _lines(path):
         if not line.strip():
             continue
         try:
             data = json.loads(line)
         except ValueError as exc:
-            yield InvalidJob(key=f"line-{line_number}", row=line_number, error=f"{exc}")
+            yield (
+                line_number,
+                InvalidJob(key=f"line-{line_number}", row=line_number, error=f"{exc}"),
+            )
             continue
         except RecursionError:
             error = "field (line): nested too deeply to be a shipment"
-            yield InvalidJob(key=f"line-{line_number}", row=line_number, error=error)
+            yield line_number, InvalidJob(key=f"line-{line_number}", row=line_number, error=error)
             continue
         if not isinstance(data, dict):
             error = "field (line): expected a JSON object"
-            yield InvalidJob(key=f"line-{line_number}", row=line_number, error=error)
+            yield line_number, InvalidJob(key=f"line-{line_number}", row=line_number, error=error)
         elif "quote" in data:
-            yield _nested(data, line_number)
+            yield line_number, _nested(data, line_number)
         else:
             row = {str(k): "" if v is None else str(v) for k, v in data.items()}
-            yield _job_or_error(row, line_number)
+            yield line_number, _job_or_error(row, line_number)
 
 
 def _nested(data: dict[str, Any], line: int) -> ShipmentJob | InvalidJob:

@@ -36,6 +36,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from shipping_async.errors import ShippingError
 
     args = build_parser().parse_args(argv)
+    # The words as given: a resume command repeats them (with the journal and --resume).
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     documented = (ShippingError, JournalError)
     try:
         code: int = args.handler(args)

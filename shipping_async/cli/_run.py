@@ -24,6 +24,7 @@ import contextlib
 import csv
 import io
 import os
+import shlex
 import sys
 import tempfile
 from collections.abc import AsyncIterator
@@ -252,7 +253,7 @@ class _Execution:
         telemetry: RunTelemetry,
     ) -> int:
         from shipping_async._client import AsyncShippingClient, token_from_environment
-        from shipping_async.bulk.readers import count_rows, read_jobs
+        from shipping_async.bulk.readers import count_rows
         from shipping_async.bulk.shipper import BulkShipper
         from shipping_async.scaleout.factory import close_limiter
 
@@ -288,9 +289,11 @@ class _Execution:
                 lease=plan.lease,
             )
             display = self._display(shipper.progress)
+            inputs = _InputCheck(plan.input)
             try:
                 with showing(display, shipper, total=count_rows(plan.input)):
-                    bad = await drain(shipper.run(read_jobs(plan.input)), display, out=plan.out)
+                    results = inputs.counted(shipper.run(inputs.jobs()))
+                    bad = await drain(results, display, out=plan.out)
             except Exception as exc:  # the store gone mid-run: say what is left, no traceback
                 failure = store_failure(exc)
                 if failure is None:
@@ -299,7 +302,9 @@ class _Execution:
                 print(f"shipments not finished; to continue: {self._resume()}", flush=True)
                 return store_failure_code(failure)
             if reconciler is None or shipper.stopping or not await self._settled(reconciler):
-                return await self._batch_summary(journal, shipper.stopping, bad)
+                return await self._batch_summary(
+                    journal, shipper.stopping, bad, invalid=inputs.failed
+                )
 
     @staticmethod
     async def _settled(reconciler: Any) -> bool:
@@ -310,7 +315,14 @@ class _Execution:
         return bool(report.settled or report.resent)
 
     def _resume(self) -> str:
-        return f"shipping-async bulk {self.plan.input} --journal {self.path} --resume"
+        """The command that continues this batch: the same words, with the journal named
+        and ``--resume`` (flags in their ``--name=value`` form too)."""
+        plan = self.plan
+        words = list(getattr(plan.args, "argv", None) or ["bulk", plan.input or ""])
+        words = [word for word in words if word != "--resume"]
+        if not any(word == "--journal" or word.startswith("--journal=") for word in words):
+            words += ["--journal", self.path]
+        return shlex.join(["shipping-async", *words, "--resume"])
 
     async def _reconcile(self, client: Any, journal: Any) -> int:
         from shipping_async.errors import ShippingError
@@ -346,12 +358,26 @@ class _Execution:
                 await journal.reconcile(key, order_id=None)
         return 0
 
-    async def _batch_summary(self, journal: Any, stopped: bool, bad: int) -> int:
+    async def _batch_summary(
+        self, journal: Any, stopped: bool, bad: int, *, invalid: int = 0
+    ) -> int:
         plan = self.plan
         counts = await journal.counts()
         line = ", ".join(f"{state.value} {n}" for state, n in counts.items() if n)
+        if invalid:  # rows that never became jobs (bad fields, a key used twice)
+            line = f"{line}, invalid input {invalid}" if line else f"invalid input {invalid}"
         where = "temporary journal" if plan.sandbox and not plan.journal else self.path
         print(f"{where}: {line or 'empty'}", flush=True)
+        left = sum(n for state, n in counts.items() if state not in FINISHED_STATES)
+        if plan.sandbox and (stopped or left):
+            # The embedded sandbox's orders are gone with this process: continuing against
+            # a new one would work from orders that do not exist there.
+            print(
+                "the embedded sandbox ended with this run, so this batch cannot be resumed: "
+                "run it again (its journal belongs to a sandbox that no longer exists)",
+                flush=True,
+            )
+            return exit_code(stopped=stopped, not_done=bad + left)
         if counts[JobState.UNKNOWN]:
             print(
                 f"{counts[JobState.UNKNOWN]} order outcome(s) unknown: find them, then "
@@ -534,3 +560,36 @@ def _safe(url: str) -> str:
         netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
         return parts._replace(netloc=netloc).geturl()
     return url
+
+
+class _InputCheck:
+    """The input's jobs, with a key used twice refused naming both lines, and the count
+    of rows that never became jobs (for the summary)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.failed = 0
+        self._lines: dict[str, int] = {}
+
+    def jobs(self) -> Any:
+        from shipping_async.bulk.jobs import InvalidJob
+        from shipping_async.bulk.readers import read_numbered_jobs
+
+        for line, item in read_numbered_jobs(self.path):
+            first = self._lines.setdefault(item.key, line)
+            if first != line and not isinstance(item, InvalidJob):
+                item = InvalidJob(
+                    key=item.key,
+                    row=line,
+                    error=f"key {item.key!r} appears twice in the input, on lines {first} "
+                    f"and {line}; each job needs its own",
+                )
+            yield item
+
+    async def counted(self, results: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        from shipping_async.bulk.results import ResultStatus, Stage
+
+        async for result in results:
+            if result.stage is Stage.INPUT and result.status is ResultStatus.FAILED:
+                self.failed += 1
+            yield result
