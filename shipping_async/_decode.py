@@ -44,7 +44,6 @@ _SHOWN: Final = 120  # characters of a reason shown in the log line
 
 _ERROR = re.compile(r"^(?P<reason>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
 _STEP = re.compile(r"\.(?P<key>[A-Za-z_][A-Za-z0-9_]*)|\[(?P<index>\d+)\]")
-_MISSING = "Object missing required field"
 
 _Path = tuple[str | int, ...]
 
