@@ -56,6 +56,7 @@ __all__ = [
     "Reconciler",
     "Remaining",
     "Settled",
+    "describe_evidence",
     "reconcile",
 ]
 
@@ -322,6 +323,39 @@ class Reconciler:
 
     def _api_seconds(self, real: timedelta) -> float:
         return real.total_seconds() * self._speed
+
+
+async def describe_evidence(
+    journal: EvidenceJournal,
+    record: JobRecord,
+    *,
+    speed: float = 1.0,
+    horizon: float = SILENCE_HORIZON,
+    skew: float = CLOCK_SKEW,
+) -> str:
+    """What the journal's evidence alone says of an unknown job (no API call): for
+    ``status``. ``speed``: API-clock seconds per real second (a scaled sandbox)."""
+    if record.order_intent_at is None:
+        return "no order intent time"
+    intent = record.order_intent_at
+    horizon_real = timedelta(seconds=horizon / speed)
+    now = await journal.evidence_now()
+    window = await journal.order_received(
+        since=intent - timedelta(seconds=skew), until=intent + horizon_real
+    )
+    candidates = [e for e in window if e.owner is None or e.owner == record.key]
+    waited = (now - intent).total_seconds() * speed
+    if candidates:
+        ids = ", ".join(str(e.order_id) for e in candidates[:5])
+        return (
+            f"{len(candidates)} candidate order(s) announced ({ids}): run shipping-async reconcile"
+        )
+    if now < intent + horizon_real:
+        return f"no order_received event yet, {waited:.0f} of {horizon:.0f} s waited"
+    arrived = await journal.order_received(since=intent, until=now)
+    if not arrived:
+        return f"no order_received event in {waited:.0f} s, and no other event either: no proof"
+    return f"no order_received event in {waited:.0f} s while {len(arrived)} other events arrived"
 
 
 async def reconcile(

@@ -11,7 +11,7 @@ __all__ = ["main"]
 
 # Each module exposes ``register(subparsers)``, which adds its parser and sets
 # ``handler`` (a callable taking the parsed namespace and returning an exit code).
-_COMMAND_MODULES = ("bulk", "journal", "sandbox", "status", "webhooks", "worker")
+_COMMAND_MODULES = ("bulk", "journal", "reconcile", "sandbox", "status", "webhooks", "worker")
 
 
 def build_parser() -> argparse.ArgumentParser:

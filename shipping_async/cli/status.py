@@ -30,15 +30,24 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--journal", required=True, help="postgresql://host/db[?schema=NAME] or a journal file"
     )
+    parser.add_argument(
+        "--sandbox-speed",
+        type=float,
+        default=1.0,
+        help="the API's clock speed (a scaled sandbox): the webhook retry horizon scales",
+    )
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Print the status; returns 0, or 2 when the journal cannot be opened."""
-    return asyncio.run(_main(args.journal))
+    if not args.sandbox_speed > 0:
+        print("error: --sandbox-speed must be > 0", file=sys.stderr)
+        return 2
+    return asyncio.run(_main(args.journal, args.sandbox_speed))
 
 
-async def _main(spec: str) -> int:
+async def _main(spec: str, speed: float = 1.0) -> int:
     from shipping_async.bulk.journal import JournalError
     from shipping_async.scaleout.factory import open_journal
 
@@ -48,15 +57,18 @@ async def _main(spec: str) -> int:
         print(f"error: cannot open the journal: {printable(exc)}", file=sys.stderr)
         return 2
     try:
-        await print_status(journal, sys.stdout)
+        await print_status(journal, sys.stdout, speed=speed)
     finally:
         await journal.close()
     return 0
 
 
-async def print_status(journal: Any, out: TextIO) -> None:
-    """Write the table of states per account and the reconciliation list to ``out``."""
+async def print_status(journal: Any, out: TextIO, *, speed: float = 1.0) -> None:
+    """Write the table of states per account and the reconciliation list to ``out``;
+    with evidence in the journal, what it says of each unknown job."""
+    from shipping_async.bulk.evidence import EvidenceJournal
     from shipping_async.bulk.journal import JobState
+    from shipping_async.bulk.reconcile import describe_evidence
 
     if hasattr(journal, "counts_by_account"):
         per_account: dict[str, dict[JobState, int]] = await journal.counts_by_account()
@@ -88,6 +100,9 @@ async def print_status(journal: Any, out: TextIO) -> None:
                 f"intent_at={since}",
                 file=out,
             )
+            if isinstance(journal, EvidenceJournal):
+                said = await describe_evidence(journal, record, speed=speed)
+                print(f"    evidence: {printable(said)}", file=out)
         print(
             "find each order (by customer_reference), then: shipping-async journal reconcile "
             "--journal ... KEY ORDER_ID (or 'none' if it was never created)",

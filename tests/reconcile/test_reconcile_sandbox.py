@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -29,6 +31,7 @@ def free_port() -> int:
 def webhook_options() -> list[str]:
     port = free_port()
     return [
+        "--sandbox-speed", f"{SPEED:g}",  # the API's retry horizon on the sandbox's clock
         "--webhook-listen", f"127.0.0.1:{port}",
         "--webhook-url", f"http://127.0.0.1:{port}/hook",
     ]  # fmt: skip
@@ -82,3 +85,53 @@ async def test_orders_created_without_an_answer_end_done_with_their_own_order_on
     reconciled = [line for line in lines if "evidence" in line]
     assert len(reconciled) == 4
     assert "settled" in output
+
+
+async def cli(sandbox: SandboxServer, *argv: str) -> tuple[int, str]:
+    env = {**os.environ, "SHIPPING_ACCESS_TOKEN": sandbox.token}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "shipping_async", *argv,
+        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    return await run(process)
+
+
+async def test_an_order_never_created_waits_for_silence_and_is_resent_only_when_asked(
+    tmp_path: Path,
+) -> None:
+    journal = tmp_path / "batch.journal"
+    async with SandboxServer(speed=SPEED, seed=22) as sandbox:
+        sandbox.control.add_fault("drop_before", "/orders", method="POST")
+        hook = webhook_options()
+        code, output = await run(await start_cli(sandbox, journal, *hook))
+        assert code == 1, output  # one unknown left, reported with its evidence
+        (lost,) = set(references()) - set(orders_created(sandbox))  # never created
+        assert "no order_received event in" in output
+        assert "other events arrived" in output
+        code, status = await cli(
+            sandbox, "status", "--journal", str(journal), "--sandbox-speed", "100"
+        )
+        assert code == 0, status
+        assert "no order_received event in" in status
+        assert "other events arrived" in status
+        code, said = await cli(
+            sandbox, "reconcile", "--journal", str(journal),
+            "--base-url", sandbox.base_url, "--sandbox-speed", "100",
+        )  # fmt: skip
+        assert code == 1, said  # reported, not acted on
+        assert f"unknown {lost}: no order_received event in" in said
+        async with await SQLiteJournal.open(journal) as store:
+            record = await store.get(lost)
+            assert record is not None
+            assert record.state is JobState.UNKNOWN
+        assert lost not in orders_created(sandbox)
+        code, output = await run(
+            await start_cli(sandbox, journal, "--resume", "--resend-unknown-after-silence", *hook)
+        )
+        assert code == 0, output
+        created = Counter(order["customer_reference"] for order in sandbox.control.orders())
+    assert created == dict.fromkeys(references(), 1)  # the lost one exactly once now
+    async with await SQLiteJournal.open(journal) as store:
+        record = await store.get(lost)
+        assert record is not None
+        assert record.state is JobState.DONE
