@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -218,10 +218,10 @@ class _Runner:
     def _injected_since(self, since: int) -> bool:
         return any(record.status == 429 and record.fault for record in self.log()[since:])
 
-    async def _until(self, process: subprocess.Popen[bytes], seen: object) -> bool:
+    async def _until(self, process: subprocess.Popen[bytes], seen: Callable[[], bool]) -> bool:
         deadline = time.monotonic() + RUN_LIMIT
         while time.monotonic() < deadline:
-            if seen():  # type: ignore[operator]
+            if seen():
                 return True
             if process.poll() is not None:
                 return False
