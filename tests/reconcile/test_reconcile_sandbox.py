@@ -11,14 +11,25 @@ import json
 import os
 import socket
 import sys
+import uuid
 from collections import Counter
 from pathlib import Path
 
+import asyncpg
+
+from shipping_async import AsyncShippingClient
+from shipping_async.bulk.jobs import ShipmentJob
 from shipping_async.bulk.journal import JobState
+from shipping_async.bulk.readers import read_jobs
 from shipping_async.bulk.sqlite_journal import SQLiteJournal
 from shipping_async.sandbox import SandboxServer
+from shipping_async.scaleout.postgres_journal import PostgresJournal
 from tests.bulk.support import orders_created
-from tests.bulk.test_bulk_cli import SPEED, references, start_cli
+from tests.bulk.test_bulk_cli import EXAMPLE, SPEED, references, start_cli
+
+# The delivery timeout the reconciler assumes; the sandbox's default (10 s) lasts only
+# 0.1 real s at speed 100, which a loaded 2-core machine can miss five times in a row.
+DELIVERY_TIMEOUT = 30.0
 
 
 def free_port() -> int:
@@ -49,7 +60,7 @@ async def test_orders_created_without_an_answer_end_done_with_their_own_order_on
 ) -> None:
     journal = tmp_path / "batch.journal"
     results = tmp_path / "results.jsonl"
-    async with SandboxServer(speed=SPEED, seed=21) as sandbox:
+    async with SandboxServer(speed=SPEED, delivery_timeout=DELIVERY_TIMEOUT, seed=21) as sandbox:
         control = sandbox.control
         # The first orders (hub orders: two order_received events each) are created, and
         # then: the connection dropped, a 502 from a gateway, an answer too late.
@@ -100,7 +111,7 @@ async def test_an_order_never_created_waits_for_silence_and_is_resent_only_when_
     tmp_path: Path,
 ) -> None:
     journal = tmp_path / "batch.journal"
-    async with SandboxServer(speed=SPEED, seed=22) as sandbox:
+    async with SandboxServer(speed=SPEED, delivery_timeout=DELIVERY_TIMEOUT, seed=22) as sandbox:
         sandbox.control.add_fault("drop_before", "/orders", method="POST")
         hook = webhook_options()
         code, output = await run(await start_cli(sandbox, journal, *hook))
@@ -135,3 +146,70 @@ async def test_an_order_never_created_waits_for_silence_and_is_resent_only_when_
         record = await store.get(lost)
         assert record is not None
         assert record.state is JobState.DONE
+
+
+POSTGRES_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+async def test_two_workers_sharing_one_webhook_settle_unknown_orders_on_postgres(
+    tmp_path: Path,
+) -> None:
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    spec = f"{POSTGRES_DSN}?schema={schema}"
+    jobs = [job for job in read_jobs(str(EXAMPLE)) if isinstance(job, ShipmentJob)]
+    store = await PostgresJournal.open(POSTGRES_DSN, schema=schema)
+    try:
+        await store.add(jobs)
+        async with SandboxServer(
+            speed=SPEED, delivery_timeout=DELIVERY_TIMEOUT, seed=23
+        ) as sandbox:
+            control = sandbox.control
+            control.add_fault("drop_after", "/orders", method="POST", count=3)
+            control.add_fault("status_after", "/orders", method="POST", status=503, count=2)
+            first, second = free_port(), free_port()
+            url = f"http://127.0.0.1:{first}/hook"
+            async with AsyncShippingClient(sandbox.token, base_url=sandbox.base_url) as client:
+                webhook = await client.webhooks.create(url, ["shipment.updated.status"])
+            # Every delivery goes to the first worker; the second records nothing itself
+            # and settles from what the first recorded in the shared journal.
+            workers = [
+                await worker(sandbox, spec, webhook.id, url, port) for port in (first, second)
+            ]
+            outputs = [await run(process) for process in workers]
+            orders = sandbox.control.orders()
+        for code, output in outputs:
+            assert code == 0, output
+        created = Counter(order["customer_reference"] for order in orders)
+        assert created == dict.fromkeys(references(), 1)
+        ids = {order["customer_reference"]: order["id"] for order in orders}
+        settled = 0
+        async for record in store.records():
+            assert record.state is JobState.DONE, record
+            assert record.order_id == ids[record.job.order.customer_reference]
+            settled += record.evidence is not None
+        assert settled == 5
+    finally:
+        await store.close()
+        connection = await asyncpg.connect(POSTGRES_DSN)
+        try:
+            await connection.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        finally:
+            await connection.close()
+
+
+async def worker(
+    sandbox: SandboxServer, spec: str, webhook_id: int, url: str, port: int
+) -> asyncio.subprocess.Process:
+    env = {**os.environ, "SHIPPING_ACCESS_TOKEN": sandbox.token}
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "shipping_async", "worker",
+        "--journal", spec,
+        "--base-url", sandbox.base_url,
+        "--sandbox-speed", f"{SPEED:g}",
+        "--rate-limit", f"10/{60 / SPEED:g}",
+        "--progress", "plain",
+        "--webhook-id", str(webhook_id),
+        "--webhook-url", url,
+        "--webhook-listen", f"127.0.0.1:{port}",
+        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
