@@ -10,6 +10,7 @@ from shipping_async.bulk.journal import (
     JournalDataError,
     JournalError,
     JournalStateError,
+    JournalUnavailableError,
     LeaseLostError,
 )
 from shipping_async.bulk.readers import count_rows, read_jobs
@@ -29,6 +30,7 @@ __all__ = [
     "JournalDataError",
     "JournalError",
     "JournalStateError",
+    "JournalUnavailableError",
     "LeaseLostError",
     "OrderDetails",
     "OrderEvidence",

@@ -7,13 +7,13 @@ So jobs queue here instead, first come first served, and pass only while the lim
 more free permits than jobs already let through and not yet sending; the intent is then
 written and the request leaves at once. ``available()`` and ``next_free_at()`` come from
 :class:`~shipping_async.limiter.RollingWindowLimiter`; with a limiter that lacks them the
-gate lets everybody through and the limiter's own queue does the waiting.
+gate lets everybody through and the limiter's own queue does the waiting. While the
+journal's store is away (``store_up`` clear) nobody passes: an intent cannot be durable.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 
 from shipping_async.clock import Clock
@@ -38,12 +38,20 @@ class OrderGate:
         "_next_free_at",
         "_reserved",
         "_stop",
+        "_store_up",
     )
 
-    def __init__(self, limiter: OrderLimiter, clock: Clock, stop: asyncio.Event) -> None:
+    def __init__(
+        self,
+        limiter: OrderLimiter,
+        clock: Clock,
+        stop: asyncio.Event,
+        store_up: asyncio.Event | None = None,
+    ) -> None:
         self._limiter = limiter
         self._clock = clock
         self._stop = stop
+        self._store_up = store_up
         self._lock = asyncio.Lock()  # FIFO: waiters are admitted in arrival order
         self._changed = asyncio.Event()
         self._reserved = 0  # admitted, permit not yet taken
@@ -70,6 +78,9 @@ class OrderGate:
             while True:
                 if self._stop.is_set():
                     raise GateClosedError
+                if self._store_up is not None and not self._store_up.is_set():
+                    await self._wait()
+                    continue
                 if self._available is None or self._available() > self._reserved:
                     self._reserved += 1
                     return
@@ -112,11 +123,13 @@ class OrderGate:
             asyncio.ensure_future(self._stop.wait()),
             asyncio.ensure_future(self._clock.sleep(delay)),
         ]
+        if self._store_up is not None and not self._store_up.is_set():
+            waits.append(asyncio.ensure_future(self._store_up.wait()))
         try:
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for task in waits:
                 task.cancel()
-            for task in waits:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            # Not suppress(CancelledError) around each: that would also swallow a cancel
+            # of this task arriving meanwhile, and the task would wait on, never ending.
+            await asyncio.gather(*waits, return_exceptions=True)

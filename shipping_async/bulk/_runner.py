@@ -36,9 +36,15 @@ from typing import Protocol, runtime_checkable
 
 from shipping_async.bulk._gate import OrderGate
 from shipping_async.bulk._leases import Claims, settle_crash
+from shipping_async.bulk._outage import steady
 from shipping_async.bulk._recent_orders import hold_recent_orders
 from shipping_async.bulk.choice import EstimateChooser, cheapest
-from shipping_async.bulk.journal import JobRecord, Journal, LeaseLostError
+from shipping_async.bulk.journal import (
+    JobRecord,
+    Journal,
+    JournalError,
+    LeaseLostError,
+)
 from shipping_async.bulk.pipeline import JobPipeline, ShippingClient, Stopped
 from shipping_async.bulk.progress import RunProgress
 from shipping_async.bulk.results import ShipmentResult
@@ -105,7 +111,9 @@ class Runner:
             raise ValueError(f"max_in_flight: must be >= 1, got {max_in_flight}")
         if lease <= 0:
             raise ValueError(f"lease: must be > 0 seconds, got {lease}")
-        self.journal = journal
+        # Connection losses are waited out (see _outage): every operation of the run
+        # pauses while the store is away, and no new order starts.
+        self.journal = steady(journal)
         self.client_for = client_for
         self.clock = clock
         self.concurrency = concurrency
@@ -120,7 +128,7 @@ class Runner:
         #: The places of jobs doing requests, shared by every lane (``None``: no bound).
         self.work_places = asyncio.Semaphore(max_in_flight) if max_in_flight else None
         self.progress = RunProgress()
-        self.claims = Claims(journal, clock, self.lease)
+        self.claims = Claims(self.journal, clock, self.lease)
         #: Jobs this run left unfinished (stopped, claimed elsewhere), by key: why.
         self.unfinished: dict[str, str] = {}
         self.stop_event = asyncio.Event()
@@ -196,18 +204,26 @@ class Runner:
         async with asyncio.TaskGroup() as tasks:
             self._tasks = tasks
             heartbeat = tasks.create_task(self._watched("lease renewal", self.claims.heartbeat()))
+            # Not watched: an outage longer than allowed ends the run with its error.
+            store = tasks.create_task(self.journal.watch())
             main = tasks.create_task(self._until_done(source))
             while (result := await self._results.get()) is not None:
                 yield result
             await main
             heartbeat.cancel()
+            store.cancel()
 
     async def _until_done(self, source: Awaitable[None]) -> None:
         try:
             await source
             await asyncio.gather(*(lane.task for lane in self._lanes.values() if lane.task))
-        finally:
-            await self._results.put(None)
+        except BaseException:
+            # Failed or cancelled: the task group ends the run, and nobody may read the
+            # results any more - waiting for room in a full queue would hang it.
+            if not self._results.full():
+                self._results.put_nowait(None)
+            raise
+        await self._results.put(None)
 
     async def _watched(self, name: str, side: Awaitable[None]) -> None:
         """A side task that must not fail silently: a failure is logged and stops the run."""
@@ -215,6 +231,10 @@ class Runner:
             await side
         except asyncio.CancelledError:
             raise
+        except JournalError as exc:  # the store failed: one line, the run stops
+            _log.error("%s failed (%s); stopping the run", name, exc)
+            _log.debug("%s failed", name, exc_info=True)
+            self.stop()
         except Exception:
             _log.exception("%s failed; stopping the run", name)
             self.stop()
@@ -307,7 +327,7 @@ class _Lane:
         self.task: asyncio.Task[None] | None = None
         limiter = self.client.order_limiter
         clock = self.client.clock
-        gate = OrderGate(limiter, clock, runner.stop_event)
+        gate = OrderGate(limiter, clock, runner.stop_event, runner.journal.up)
         attach_gate = getattr(limiter, "attach_gate", None)
         if attach_gate is not None:  # a shared limiter fetching permits ahead for the gate
             attach_gate(gate)
@@ -432,6 +452,10 @@ class _Lane:
         except LeaseLostError as exc:
             _log.info("job %s: its claim went stale; left to the current claim (%s)", key, exc)
             why = "claimed again elsewhere"
+        except JournalError:
+            # The store failed (away longer than allowed, a full or read-only file): not
+            # this job's fault; the run ends and the CLI says how to resume.
+            raise
         except Exception as exc:  # a bug in one job must not stop the others
             _log.exception("job %s failed unexpectedly", key)
             settled = await settle_crash(runner.journal, record, exc)

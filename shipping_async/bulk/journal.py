@@ -53,6 +53,7 @@ __all__ = [
     "JournalDataError",
     "JournalError",
     "JournalStateError",
+    "JournalUnavailableError",
     "LeaseLostError",
 ]
 
@@ -88,6 +89,11 @@ class LeaseLostError(JournalError):
 
 class JournalStateError(JournalError):
     """The job is not in a state that allows this move (e.g. ``begin_order`` twice)."""
+
+
+class JournalUnavailableError(JournalError):
+    """The journal's store stayed unreachable longer than the run may wait
+    (``--max-store-outage``): the run stops; what it could not write is left to the next."""
 
 
 class JournalDataError(JournalError):

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from collections.abc import Callable
 from datetime import timedelta
 from decimal import Decimal
@@ -39,12 +40,14 @@ import msgspec
 
 from shipping_async._retry import order_intent
 from shipping_async.bulk._gate import GateClosedError, OrderGate
+from shipping_async.bulk._outage import IntentUnsettled
 from shipping_async.bulk.choice import EstimateChooser
 from shipping_async.bulk.journal import (
     JobFields,
     JobRecord,
     JobState,
     Journal,
+    JournalError,
     JournalStateError,
     LeaseLostError,
 )
@@ -79,6 +82,8 @@ from shipping_async.models import (
 from shipping_async.telemetry._scope import job_stage
 
 __all__ = ["QUOTE_FRESHNESS", "JobPipeline", "ShippingClient", "Stopped", "is_retryable"]
+
+_log = logging.getLogger("shipping_async.bulk.pipeline")
 
 #: Seconds (of the API's clock) a quote made by this run is trusted without asking the
 #: server whether its estimates expired. The spec does not say how long an estimate stays
@@ -213,7 +218,8 @@ class JobPipeline:
             if self._gate.closed:
                 raise Stopped
             quoted_at: float | None = None  # monotonic; None: quoted by an earlier run
-            for attempt in range(self._max_requotes + 1):
+            expired = 0  # estimates that expired before their order
+            while expired <= self._max_requotes:
                 # The turn to order first, then the quote: an estimate is made only when
                 # its order can be sent right after, so none expires waiting for a slot.
                 try:
@@ -224,7 +230,7 @@ class JobPipeline:
                     if not await job.take_place(until=self._gate):
                         raise Stopped
                     if record.state is JobState.PENDING:
-                        stage = "requote" if attempt else Stage.QUOTE.value  # it expired
+                        stage = "requote" if expired else Stage.QUOTE.value  # it expired
                         # The estimate's age counts from the request: the server made it
                         # at some moment after that, however late the answer came.
                         asked_at = self._clock.monotonic()
@@ -249,11 +255,20 @@ class JobPipeline:
                 if not fresh:
                     self._gate.sending()
                     record = await job.record(JobState.PENDING)
+                    expired += 1
                     continue
-                outcome = await self._order(job, record)
+                try:
+                    outcome = await self._order(job, record)
+                except IntentUnsettled:
+                    # The journal store went away while the intent was written; nothing
+                    # was sent. Once it answers: take back an intent that committed, and
+                    # queue for the order again (its lease is checked on the way).
+                    record = await job.settle_intent()
+                    continue
                 if outcome is not None:
                     return outcome
                 record = await job.record(JobState.PENDING)
+                expired += 1
             return await job.fail(
                 Stage.ORDER, f"the estimate expired {self._max_requotes + 1} times"
             )
@@ -467,6 +482,19 @@ class _Claim:
         if leases is not None:
             leases.renewed(self.key, asked_at=asked_at)
 
+    async def settle_intent(self) -> JobRecord:
+        """After :class:`IntentUnsettled` (nothing sent): read the row once the store
+        answers; an intent that committed is taken back, so the job is ``QUOTED`` again.
+        :class:`LeaseLostError` when the job was claimed again meanwhile."""
+        journal = self.pipeline._journal
+        current = await journal.get(self.key)
+        if current is None or current.claim_token != self.token:
+            raise LeaseLostError(f"job {self.key!r}: claimed again during the store's outage")
+        if current.state is JobState.ORDERING:
+            current = await journal.withdraw_order(self.token, self.key)
+        self.pipeline._observe(current)
+        return current
+
     async def ordered(self, order_id: int) -> JobRecord:
         """Record the created order; if a lease race took the job meanwhile, say so truly.
 
@@ -477,7 +505,15 @@ class _Claim:
         """
         try:
             return await self.record(JobState.ORDERED, order_id=order_id)
-        except LeaseLostError:
+        except (JournalError, asyncio.CancelledError) as exc:
+            if not isinstance(exc, LeaseLostError):  # the journal failed: say what exists
+                _log.error(
+                    "job %s: order %d was created but could not be recorded; reconcile the "
+                    "job with that order id",
+                    self.key,
+                    order_id,
+                )
+                raise
             journal = self.pipeline._journal
             current = await journal.get(self.key)
             if current is not None and current.state is JobState.UNKNOWN:

@@ -157,9 +157,10 @@ def store_failure(exc: BaseException) -> BaseException | None:
     command reports the error and the jobs left with how to continue, never a traceback
     (exit code: :func:`store_failure_code`).
     """
+    from shipping_async.bulk._outage import unreachable
     from shipping_async.bulk.journal import JournalError
 
-    if isinstance(exc, JournalError | OSError):
+    if isinstance(exc, JournalError) or unreachable(exc):
         return exc
     if isinstance(exc, BaseExceptionGroup):
         for inner in exc.exceptions:
@@ -210,4 +211,11 @@ def add_scaleout_options(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="jobs doing requests at once across all accounts, first come first served "
         "(64: one core); --concurrency caps the jobs claimed per account",
+    )
+    parser.add_argument(
+        "--max-store-outage",
+        type=float,
+        metavar="SECONDS",
+        help="stop (exit 1, saying how to resume) when the journal's store stays unreachable "
+        "this long (real seconds; default: wait for it forever, starting no new order)",
     )

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import csv
 import io
+import logging
 import os
 import shlex
 import sys
@@ -47,6 +48,8 @@ from shipping_async.cli._terminal import printable
 from shipping_async.clock import Clock, ScaledClock, SystemClock
 
 __all__ = ["INCOMPLETE", "INTERRUPTED", "OK", "SETUP", "RunPlan", "execute", "exit_code"]
+
+_log = logging.getLogger("shipping_async.cli")
 
 OK, INCOMPLETE, SETUP, INTERRUPTED = 0, 1, 2, 130
 
@@ -82,6 +85,7 @@ class RunPlan:
     accounts: str | None = None
     lease: float = 60.0
     timeout: float = 30.0
+    max_store_outage: float | None = None  # real seconds; None: wait for the store forever
     concurrency: int = 32
     max_in_flight: int = 64
     estimate_validity: float | None = None
@@ -182,6 +186,7 @@ class _Execution:
         return clock, plan.base_url, None
 
     async def _open_journal(self, stack: contextlib.AsyncExitStack, clock: Clock) -> Any:
+        from shipping_async.bulk._outage import steady, unreachable
         from shipping_async.bulk.journal import JournalError
         from shipping_async.scaleout.factory import open_journal
 
@@ -189,12 +194,17 @@ class _Execution:
         spec = plan.journal if plan.shared else self._journal_path(stack)
         assert spec is not None
         try:
-            journal: Any = await open_journal(spec, clock=clock)
-        except (JournalError, OSError, ValueError) as exc:
+            store: Any = await open_journal(spec, clock=clock)
+        except Exception as exc:
+            if not isinstance(exc, JournalError | OSError | ValueError) and not unreachable(exc):
+                raise
             shown = _safe(spec) if plan.shared else spec
-            print(f"error: journal {shown}: {exc}", file=sys.stderr)
+            print(f"error: journal {shown}: {_one_line(exc)}", file=sys.stderr)
+            _log.debug("opening the journal failed", exc_info=True)
             return None
-        stack.push_async_callback(journal.close)
+        stack.push_async_callback(store.close)
+        # Every operation of the run waits out a lost connection (up to --max-store-outage).
+        journal = steady(store, max_outage=plan.max_store_outage)
         if plan.fed:
             held = sum((await journal.counts()).values())
             if held and not plan.resume:
@@ -298,7 +308,8 @@ class _Execution:
                 failure = store_failure(exc)
                 if failure is None:
                     raise
-                print(f"error: the journal failed mid-run: {printable(failure)}", file=sys.stderr)
+                print(f"error: the journal failed mid-run: {_one_line(failure)}", file=sys.stderr)
+                _log.debug("the journal failed mid-run", exc_info=True)
                 print(f"shipments not finished; to continue: {self._resume()}", flush=True)
                 return store_failure_code(failure)
             if reconciler is None or shipper.stopping or not await self._settled(reconciler):
@@ -512,8 +523,13 @@ class _Execution:
             failure = store_failure(exc)
             if failure is None:
                 raise
-            print(f"error: the journal failed mid-run: {printable(failure)}", file=sys.stderr)
-            print("jobs not finished; run a worker again to continue", flush=True)
+            print(f"error: the journal failed mid-run: {_one_line(failure)}", file=sys.stderr)
+            _log.debug("the journal failed mid-run", exc_info=True)
+            print(
+                "jobs not finished; to continue, run a worker again: shipping-async worker "
+                f"--journal {_safe(plan.journal or '')}",
+                flush=True,
+            )
             raise _Failed(store_failure_code(failure)) from None
 
     async def _report_batch(self, journal: Any, keys: list[str]) -> int:
@@ -549,6 +565,11 @@ class _Execution:
         # 0 only when every job of the journal (or of the batch, for bulk) is done.
         not_done = bad if batch else sum(counts.values()) - counts[JobState.DONE]
         return exit_code(stopped=False, not_done=not_done + left + counts[JobState.UNKNOWN])
+
+
+def _one_line(exc: BaseException) -> str:
+    """An error for one line of a terminal: its text (or type), escaped and capped."""
+    return printable(str(exc)[:300] or type(exc).__name__)
 
 
 def _safe(url: str) -> str:

@@ -97,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
         if args.concurrency < 1 or args.max_in_flight < 1:
             raise ValueError("--concurrency and --max-in-flight must be >= 1")
         webhook = webhook_plan(args)
+        if args.max_store_outage is not None and args.max_store_outage <= 0:
+            raise ValueError("--max-store-outage must be > 0")
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return SETUP
@@ -133,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
             accounts=args.accounts,
             lease=args.lease,
             timeout=args.timeout,
+            max_store_outage=args.max_store_outage,
             concurrency=args.concurrency,
             max_in_flight=args.max_in_flight,
             estimate_validity=args.estimate_validity,

@@ -71,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
                 "--lease and --timeout must be > 0, --concurrency and --max-in-flight >= 1"
             )
         webhook = webhook_plan(args)
+        if args.max_store_outage is not None and args.max_store_outage <= 0:
+            raise ValueError("--max-store-outage must be > 0")
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return SETUP
@@ -91,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
             accounts=args.accounts,
             lease=args.lease,
             timeout=args.timeout,
+            max_store_outage=args.max_store_outage,
             concurrency=args.concurrency,
             max_in_flight=args.max_in_flight,
             estimate_validity=args.estimate_validity,

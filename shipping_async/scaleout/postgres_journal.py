@@ -72,6 +72,13 @@ _J_COLUMNS = ", ".join(f"j.{column.strip()}" for column in _COLUMNS.split(",")) 
 _PAGE = 500
 _WORKABLE = sorted(state.value for state in WORKABLE_STATES)
 _UNFINISHED = sorted(state.value for state in JobState if state not in FINISHED_STATES)
+#: The pools keep no floor of connections (``min_size=0``): a connection a crash cut is
+#: replaced when next needed, where the run waits the outage out, rather than by asyncpg's
+#: background task, which logs a traceback for every failed attempt.
+#: Bounds on a connection that stops answering (real seconds): a host that is gone (a
+#: failover, a cut cable) surfaces as a timeout, which the run waits out as an outage
+#: (:mod:`shipping_async.bulk._outage`), instead of hanging a worker.
+_LIVENESS = {"timeout": 10.0, "command_timeout": 30.0}
 
 
 async def _keep_session(_: asyncpg.Connection) -> None:
@@ -124,16 +131,18 @@ class PostgresJournal(JournalStore):
         *,
         schema: str = DEFAULT_SCHEMA,
         clock: Clock | None = None,
-        min_size: int = 1,
+        min_size: int = 0,
         max_size: int = 10,
     ) -> Self:
         """Connect, create or migrate the schema, and return the journal."""
         warn_if_cleartext(dsn)
         pool = await asyncpg.create_pool(
-            dsn, min_size=min_size, max_size=max_size, reset=_keep_session
+            dsn, min_size=min_size, max_size=max_size, reset=_keep_session, **_LIVENESS
         )
         try:
-            lease_pool = await asyncpg.create_pool(dsn, min_size=1, max_size=1, reset=_keep_session)
+            lease_pool = await asyncpg.create_pool(
+                dsn, min_size=0, max_size=1, reset=_keep_session, **_LIVENESS
+            )
         except BaseException:
             await pool.close()
             raise

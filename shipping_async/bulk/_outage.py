@@ -1,0 +1,357 @@
+"""Riding out a journal store that goes away: wait, retry with backoff, say so once each way.
+
+A worker runs for weeks; its database restarts, fails over or drops connections. The
+:class:`SteadyJournal` in front of a store turns a lost connection into a pause: an
+operation that is safe to repeat is tried again (with backoff, the pool reconnecting on
+the way) until the store answers, and its caller simply waits. The outage is logged once
+at ERROR when it starts and once when the store answers again, like the Redis order
+limiter. While the store is away :attr:`SteadyJournal.up` is clear and the order gate
+admits nobody: no new order starts. A request already on the wire finishes; its task
+holds the answer and writes it when the store returns.
+
+Which writes are safe to repeat, and the one that is not:
+
+- ``add``, ``claim``, ``renew``, ``release``, ``record`` and every read: repeating them
+  does what the first did (a claim whose answer was lost leaves jobs leased to nobody
+  that lapse after the lease).
+- ``finish``, ``withdraw_order``, ``reconcile``: the first attempt may have committed
+  (dropped the token, changed the state) before the connection died, so a repeat is
+  refused; the row then tells whether it was ours, and it is returned as done.
+- ``begin_order`` (the intent): it is never repeated blindly. When its connection dies
+  it raises :class:`IntentUnsettled` at once, before anything is sent (the order's
+  permit goes back); the pipeline waits for the store, reads the row and takes the
+  intent back if it committed, then queues for the order again under a live lease.
+
+With ``max_outage`` (real seconds; ``None`` waits forever) an outage that lasts longer
+raises :class:`~shipping_async.bulk.journal.JournalUnavailableError` from every waiting
+operation: the run ends with what it could not write left to the next one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
+from typing import Any, TypeVar, Unpack
+
+from shipping_async.bulk.jobs import ShipmentJob
+from shipping_async.bulk.journal import (
+    JobFields,
+    JobRecord,
+    JobState,
+    Journal,
+    JournalError,
+    JournalStateError,
+    JournalUnavailableError,
+    LeaseLostError,
+)
+
+__all__ = ["IntentUnsettled", "SteadyJournal", "steady", "unreachable"]
+
+_log = logging.getLogger("shipping_async.bulk.journal")
+
+T = TypeVar("T")
+
+#: Backoff between attempts while the store is away (real seconds): first, most.
+_FIRST_DELAY = 0.05
+_MOST_DELAY = 1.0
+
+
+class IntentUnsettled(JournalError):
+    """``begin_order``'s connection died: the intent may or may not have committed, and
+    nothing was sent. The caller settles it once the store answers again."""
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the store cannot be reached now (worth waiting for), rather
+    than that it refused something (a bug, a damaged journal, a full SQLite disk).
+
+    The one place that maps the drivers' connection errors: a socket error or timeout;
+    asyncpg's lost connection, a server shutting down or starting up (class 57), one out
+    of connections or disk (class 53), or a standby that refuses writes after a failover.
+    """
+    if isinstance(exc, OSError | TimeoutError):
+        return True
+    asyncpg = sys.modules.get("asyncpg")
+    if asyncpg is None:
+        return False
+    errors = asyncpg.exceptions
+    if isinstance(
+        exc,
+        errors.PostgresConnectionError
+        | errors.OperatorInterventionError
+        | errors.InsufficientResourcesError
+        | errors.ReadOnlySQLTransactionError,
+    ):
+        return True
+    # asyncpg's "connection is closed" / "pool is closing" on a connection a crash cut.
+    return isinstance(exc, errors.InterfaceError) and "clos" in str(exc)
+
+
+def steady(journal: Journal, *, max_outage: float | None = None) -> SteadyJournal:
+    """``journal`` behind a :class:`SteadyJournal` (itself when it already is one)."""
+    if isinstance(journal, SteadyJournal):
+        return journal
+    return SteadyJournal(journal, max_outage=max_outage)
+
+
+class SteadyJournal:
+    """A :class:`~shipping_async.bulk.journal.Journal` that waits out its store's outages.
+
+    Other attributes of the store (``counts_by_account``, ``schema``) are passed through.
+    """
+
+    def __init__(self, store: Journal, *, max_outage: float | None = None) -> None:
+        if max_outage is not None and max_outage <= 0:
+            raise ValueError(f"max_outage: must be > 0 seconds, got {max_outage}")
+        self.store = store
+        self.max_outage = max_outage
+        #: Set while the store answers; cleared for the length of an outage.
+        self.up = asyncio.Event()
+        self.up.set()
+        self._since: float | None = None  # time.monotonic() the outage started
+        self._said = False  # the outage was logged
+        self._last: BaseException | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    @property
+    def away(self) -> bool:
+        """True while the store does not answer."""
+        return self._since is not None
+
+    # -- the outage ------------------------------------------------------------------------
+
+    def _went(self, exc: BaseException) -> None:
+        """An attempt found the store away. The first failure is not reported (a pooled
+        connection the server closed fails once, and the retry at once succeeds); the
+        second starts the outage: logged once. Past ``max_outage``, it gives up."""
+        now = time.monotonic()  # an infrastructure duration: real seconds
+        if self._since is None:
+            self._since = now
+            self.up.clear()
+        elif not self._said:
+            self._said = True
+            _log.error(
+                "journal store unreachable (%s); no new order starts until it answers "
+                "again; answers already on the way are kept and written then",
+                _describe(exc),
+            )
+        self._last = exc
+        self._give_up_if_long()
+
+    def _give_up_if_long(self) -> None:
+        if self._since is None or self.max_outage is None:
+            return
+        away = time.monotonic() - self._since
+        if away >= self.max_outage:
+            reason = _describe(self._last) if self._last is not None else "no answer"
+            raise JournalUnavailableError(
+                f"the journal store was unreachable for {away:.0f} s, longer than "
+                f"--max-store-outage {self.max_outage:g} ({reason})"
+            )
+
+    def _back(self) -> None:
+        if self._since is not None:
+            if self._said:
+                _log.warning(
+                    "journal store answers again after %.1f s; work goes on",
+                    time.monotonic() - self._since,
+                )
+            self._since = None
+            self._said = False
+            self.up.set()
+
+    async def _pause(self, delay: float) -> None:
+        if self.max_outage is not None and self._since is not None:
+            left = self._since + self.max_outage - time.monotonic()
+            delay = min(delay, max(left, 0.0))
+        await asyncio.sleep(delay * random.uniform(0.5, 1.0))  # infrastructure backoff
+
+    async def watch(self) -> None:
+        """A side task for the run: while the store is away, ask it (cheaply) whether it
+        is back, so that waiters parked at the order gate go on; raise
+        :class:`~shipping_async.bulk.journal.JournalUnavailableError` once an outage
+        outlasts ``max_outage``, which ends the run. Runs until cancelled."""
+        delay = _FIRST_DELAY
+        while True:
+            if not self.away:
+                delay = _FIRST_DELAY
+                await asyncio.sleep(_MOST_DELAY / 4)  # infrastructure: a cheap look
+                continue
+            self._give_up_if_long()
+            try:
+                await self.store.get("")  # no such job: one indexed look-up
+            except Exception as exc:
+                if not unreachable(exc):
+                    raise
+                self._went(exc)
+                await self._pause(delay)
+                delay = min(delay * 2, _MOST_DELAY)
+            else:
+                self._back()
+
+    async def _until_answered(
+        self,
+        attempt: Callable[[], Awaitable[T]],
+        settled: Callable[[], Awaitable[T | None]] | None = None,
+    ) -> T:
+        """``attempt()`` until the store answers it. After a lost connection, a refusal
+        (:class:`JournalStateError`, incl. a lost lease) asks ``settled()`` whether the
+        lost attempt had committed; its answer stands, ``None`` lets the refusal through."""
+        delay = 0.0  # the first retry at once: a pooled connection may just have been cut
+        lost = False
+        while True:
+            try:
+                result = await attempt()
+            except (JournalStateError, LeaseLostError):
+                self._back()
+                if lost and settled is not None:
+                    done = await self._until_answered(settled)
+                    if done is not None:
+                        return done
+                raise
+            except Exception as exc:
+                if not unreachable(exc):
+                    raise
+                self._went(exc)
+                lost = True
+                await self._pause(delay)
+                delay = min(max(delay * 2, _FIRST_DELAY), _MOST_DELAY)
+                continue
+            self._back()
+            return result
+
+    async def _row(self, key: str) -> JobRecord | None:
+        return await self.store.get(key)
+
+    # -- the Journal protocol --------------------------------------------------------------
+
+    async def add(self, jobs: Sequence[ShipmentJob]) -> list[JobRecord]:
+        return await self._until_answered(lambda: self.store.add(jobs))
+
+    async def claim(
+        self,
+        worker_id: str,
+        *,
+        lease: float,
+        limit: int,
+        keys: Sequence[str] | None = None,
+        account: str | None = None,
+        retry_failed: bool = False,
+        exclude: Collection[str] = (),
+    ) -> list[JobRecord]:
+        return await self._until_answered(
+            lambda: self.store.claim(
+                worker_id,
+                lease=lease,
+                limit=limit,
+                keys=keys,
+                account=account,
+                retry_failed=retry_failed,
+                exclude=exclude,
+            )
+        )
+
+    async def renew(self, claims: Mapping[str, str], *, lease: float) -> set[str]:
+        return await self._until_answered(lambda: self.store.renew(claims, lease=lease))
+
+    async def record(
+        self, token: str, key: str, state: JobState, **fields: Unpack[JobFields]
+    ) -> JobRecord:
+        return await self._until_answered(lambda: self.store.record(token, key, state, **fields))
+
+    async def begin_order(
+        self, token: str, key: str, *, quote_id: int, estimate_id: int
+    ) -> JobRecord:
+        if self.away:  # the gate admitted this job just before the store went
+            raise IntentUnsettled(f"job {key!r}: the journal store is away; nothing was sent")
+        try:
+            record = await self.store.begin_order(
+                token, key, quote_id=quote_id, estimate_id=estimate_id
+            )
+        except Exception as exc:
+            if not unreachable(exc):
+                raise
+            self._went(exc)
+            raise IntentUnsettled(
+                f"job {key!r}: the connection was lost while writing the order intent; "
+                "nothing was sent"
+            ) from None
+        self._back()
+        return record
+
+    async def withdraw_order(self, token: str, key: str) -> JobRecord:
+        async def settled() -> JobRecord | None:
+            row = await self._row(key)
+            ours = row is not None and row.claim_token == token
+            return row if ours and row is not None and row.state is JobState.QUOTED else None
+
+        return await self._until_answered(lambda: self.store.withdraw_order(token, key), settled)
+
+    async def finish(
+        self, token: str, key: str, state: JobState, **fields: Unpack[JobFields]
+    ) -> JobRecord:
+        async def settled() -> JobRecord | None:
+            # The lost attempt committed: the state is ours and nobody holds the job.
+            row = await self._row(key)
+            if row is None or row.state is not state or row.claim_token is not None:
+                return None
+            return row
+
+        return await self._until_answered(
+            lambda: self.store.finish(token, key, state, **fields), settled
+        )
+
+    async def release(self, claims: Mapping[str, str]) -> None:
+        await self._until_answered(lambda: self.store.release(claims))
+
+    async def reconcile(self, key: str, *, order_id: int | None) -> JobRecord:
+        async def settled() -> JobRecord | None:
+            row = await self._row(key)
+            wanted = JobState.ORDERED if order_id is not None else JobState.PENDING
+            if row is None or row.state is not wanted or row.order_id != order_id:
+                return None
+            return row
+
+        return await self._until_answered(
+            lambda: self.store.reconcile(key, order_id=order_id), settled
+        )
+
+    async def get(self, key: str) -> JobRecord | None:
+        return await self._until_answered(lambda: self.store.get(key))
+
+    def records(self, *, states: Collection[JobState] | None = None) -> AsyncIterator[JobRecord]:
+        return self.store.records(states=states)
+
+    async def order_intent_ages(self, *, within: float, account: str | None = None) -> list[float]:
+        return await self._until_answered(
+            lambda: self.store.order_intent_ages(within=within, account=account)
+        )
+
+    async def needs_reconciliation(self) -> list[JobRecord]:
+        return await self._until_answered(self.store.needs_reconciliation)
+
+    async def counts(self) -> dict[JobState, int]:
+        return await self._until_answered(self.store.counts)
+
+    async def accounts_with_work(self, *, retry_failed: bool = False) -> list[str]:
+        listing: Callable[..., Awaitable[list[str]]] = self.store.accounts_with_work  # type: ignore[attr-defined]
+        return await self._until_answered(lambda: listing(retry_failed=retry_failed))
+
+    async def counts_by_account(self) -> dict[str, dict[JobState, int]]:
+        by_account: Callable[[], Awaitable[dict[str, dict[JobState, int]]]]
+        by_account = self.store.counts_by_account  # type: ignore[attr-defined]
+        return await self._until_answered(by_account)
+
+    async def close(self) -> None:
+        await self.store.close()
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)[:200] or type(exc).__name__
+    return f"{type(exc).__name__}: {text}"
