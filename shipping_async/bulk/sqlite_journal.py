@@ -351,11 +351,20 @@ class SQLiteJournal(JournalStore):
             batch, self._pending = self._pending, []
             try:
                 outcomes = await loop.run_in_executor(self._executor, commit_batch, self._db, batch)
-            except BaseException as exc:  # the commit itself failed: nobody's write stands
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the commit itself failed: nobody's write stands
+                # (The file cannot be written: disk full, read-only, locked.) Each writer
+                # hears it; writes queued meanwhile get their own attempt, so none waits
+                # forever, and close() does not raise it again.
+                failure = JournalError(
+                    f"the journal file cannot be written ({exc}): make room or fix its "
+                    "permissions, then resume"
+                )
                 for _, future in batch:
                     if not future.done():
-                        future.set_exception(JournalError(f"journal commit failed: {exc!r}"))
-                raise
+                        future.set_exception(failure)
+                continue
             for (_, future), (ok, value) in zip(batch, outcomes, strict=True):
                 if future.done():
                     continue

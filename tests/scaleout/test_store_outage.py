@@ -178,3 +178,34 @@ async def test_an_outage_longer_than_max_store_outage_exits_1_and_a_new_worker_f
         assert finished == 0, crew.logs()
     assert (await journal.counts())[JobState.DONE] == 60
     assert_each_ordered_once(await sandbox.orders(), keys)
+
+
+async def test_a_journal_on_several_hosts_reconnects_to_the_one_that_answers(
+    private_postgres: PrivatePostgres, postgres_template: Path
+) -> None:
+    # Two servers in one DSN, as libpq lists a primary and its standby; the first one
+    # here goes away (a failover), and the journal goes on with the second.
+    first = PrivatePostgres(postgres_template)
+    first.start()
+    try:
+        hosts = f"127.0.0.1:{first.port},127.0.0.1:{private_postgres.port}"
+        dsn = f"postgresql://postgres@{hosts}/postgres?target_session_attrs=read-write"
+        store = await PostgresJournal.open(dsn, clock=ScaledClock(SPEED))
+        journal = steady(store)
+        try:
+            await enqueue(journal, "north", 2)
+            await asyncio.to_thread(first.crash)
+            # The pool's connections to the first server are cut; each reconnects
+            # down the list (the second server's own schema, migrated on the way).
+            await migrate_second(private_postgres)
+            assert sum((await journal.counts()).values()) == 0
+            assert not journal.away
+        finally:
+            await journal.close()
+    finally:
+        first.cleanup()
+
+
+async def migrate_second(server: PrivatePostgres) -> None:
+    store = await PostgresJournal.open(server.dsn)
+    await store.close()
