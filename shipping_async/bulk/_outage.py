@@ -310,7 +310,9 @@ class SteadyJournal:
     async def release(self, claims: Mapping[str, str]) -> None:
         await self._until_answered(lambda: self.store.release(claims))
 
-    async def reconcile(self, key: str, *, order_id: int | None) -> JobRecord:
+    async def reconcile(
+        self, key: str, *, order_id: int | None, evidence: str | None = None
+    ) -> JobRecord:
         async def settled() -> JobRecord | None:
             row = await self._row(key)
             wanted = JobState.ORDERED if order_id is not None else JobState.PENDING
@@ -319,7 +321,7 @@ class SteadyJournal:
             return row
 
         return await self._until_answered(
-            lambda: self.store.reconcile(key, order_id=order_id), settled
+            lambda: self.store.reconcile(key, order_id=order_id, evidence=evidence), settled
         )
 
     async def get(self, key: str) -> JobRecord | None:
