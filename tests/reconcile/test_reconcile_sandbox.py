@@ -89,13 +89,60 @@ async def test_orders_created_without_an_answer_end_done_with_their_own_order_on
             assert job.order_id == order_id
             if job.evidence is not None:
                 assert "reconciled from evidence" in job.evidence
-                settled.append(reference)
+                settled.append(job.hub)
     assert len(settled) == 4  # the four faulted orders, and no other
+    assert any(settled)  # hub orders among them: two order_received events, one order
     lines = [json.loads(line) for line in results.read_text().splitlines()]
     assert sorted(line["status"] for line in lines) == ["done"] * len(references())
     reconciled = [line for line in lines if "evidence" in line]
     assert len(reconciled) == 4
     assert "settled" in output
+
+
+async def test_a_run_killed_with_orders_on_the_wire_resumes_and_settles_them(
+    tmp_path: Path,
+) -> None:
+    journal = tmp_path / "batch.journal"
+    async with SandboxServer(speed=SPEED, delivery_timeout=DELIVERY_TIMEOUT, seed=24) as sandbox:
+        control = sandbox.control
+        # Two orders created whose answers take 30 real s: on the wire when killed.
+        control.add_fault("delay_after", "/orders", method="POST", seconds=3000, count=2)
+        hook = webhook_options()
+        process = await start_cli(sandbox, journal, *hook)
+        assert process.stdout is not None
+        # The webhook the run registered: a restart reuses it (the API's retries of the
+        # deliveries the dead process missed carry its token).
+        announced = (await process.stdout.readline()).decode()
+        assert announced.startswith("webhook "), announced
+        webhook_id = announced.split()[1]
+        async with asyncio.timeout(30):
+            while len(control.orders()) < 2:  # noqa: ASYNC110 - the sandbox has no event
+                await asyncio.sleep(0.01)
+        process.kill()
+        await process.wait()
+        on_the_wire = {order["customer_reference"] for order in control.orders()[:2]}
+        code, output = await run(
+            await start_cli(sandbox, journal, "--resume", "--webhook-id", webhook_id, *hook)
+        )
+        orders = control.orders()
+    created = Counter(order["customer_reference"] for order in orders)
+    assert set(created.values()) == {1}, output  # none twice
+    ids = {order["customer_reference"]: order["id"] for order in orders}
+    async with await SQLiteJournal.open(journal) as store:
+        for reference in references():
+            job = await store.get(reference)
+            assert job is not None
+            if reference in ids:  # every order that exists is this job's, and it is done
+                assert job.state is JobState.DONE, output
+                assert job.order_id == ids[reference]
+            else:  # intent recorded, killed before sending: silence, never re-sent alone
+                assert job.state is JobState.UNKNOWN
+                assert f"unknown {reference}: no order_received event in" in output
+        for reference in on_the_wire:
+            job = await store.get(reference)
+            assert job is not None
+            assert job.evidence is not None
+    assert code == (0 if len(ids) == len(references()) else 1), output
 
 
 async def cli(sandbox: SandboxServer, *argv: str) -> tuple[int, str]:
