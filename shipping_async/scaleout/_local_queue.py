@@ -42,6 +42,8 @@ _log = logging.getLogger("shipping_async.scaleout.redis_limiter")
 
 # Sleeps get up to 0.5 % of a hold added, so that the heads of many processes spread out.
 _JITTER_SHARE = 0.005
+# The shortest lease (real seconds) of a permit fetched ahead into a reserve.
+_RESERVE_LEASE_FLOOR = 2.0
 # Reconnect attempts while Redis is away, real seconds.
 _RETRY_FIRST, _RETRY_MAX = 0.05, 1.0
 
@@ -238,7 +240,10 @@ class LocalQueue:
                     wanted=wanted,
                     direct=direct,
                     lease=self._lease,
-                    reserve_lease=1.5 * self._reserve.idle,
+                    # A real-seconds floor: a permit fetched for a job that is admitted and
+                    # quoting must still count when the job sends (a scaled clock makes
+                    # 7.5 % of a window a few milliseconds).
+                    reserve_lease=max(1.5 * self._reserve.idle, _RESERVE_LEASE_FLOOR * self._speed),
                     # Unasked-for ones come back after ``quiet``: others look again then.
                     recheck=2 * self._reserve.quiet,
                 )

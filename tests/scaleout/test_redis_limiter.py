@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 
 from shipping_async.clock import ManualClock, ScaledClock
 from shipping_async.limiter import OrderLimiter, Permit
-from shipping_async.scaleout import redis_limiter
+from shipping_async.scaleout import _local_queue, redis_limiter
 from shipping_async.scaleout.redis_limiter import LimiterUnavailableError, RedisOrderLimiter
 
 from .conftest import REDIS_URL, PrivateRedis, free_port
@@ -359,6 +359,7 @@ async def test_permits_in_the_reserve_of_a_dead_worker_free_after_the_short_rese
     # Short windows for a short hold, long reserve times to have time to kill the pump.
     monkeypatch.setattr(redis_limiter, "_RESERVE_IDLE_SHARE", 0.5)
     monkeypatch.setattr(redis_limiter, "_RESERVE_QUIET_SHARE", 0.2)
+    monkeypatch.setattr(_local_queue, "_RESERVE_LEASE_FLOOR", 0.0)  # windows of 0.3 s here
     dead, alive = make_limiter(limit=1), make_limiter(limit=1)
     dead.next_free_at()
     assert await fetched(dead, 1) == 1
