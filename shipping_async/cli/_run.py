@@ -380,12 +380,18 @@ class _Execution:
         where = "temporary journal" if plan.sandbox and not plan.journal else self.path
         print(f"{where}: {line or 'empty'}", flush=True)
         left = sum(n for state, n in counts.items() if state not in FINISHED_STATES)
-        if plan.sandbox and (stopped or left):
-            # The embedded sandbox's orders are gone with this process: continuing against
-            # a new one would work from orders that do not exist there.
+        ordered = sum(counts[state] for state in _PAST_THE_ORDER)
+        if plan.sandbox and (stopped or left) and (not plan.journal or ordered):
+            # The embedded sandbox's orders are gone with this process: a job past its
+            # order cannot go on in a new one, and a temporary journal is gone too.
+            why = (
+                "its journal was temporary (add --journal FILE to keep one)"
+                if not plan.journal
+                else f"{ordered} of its shipments were ordered in that sandbox"
+            )
             print(
                 "the embedded sandbox ended with this run, so this batch cannot be resumed: "
-                "run it again (its journal belongs to a sandbox that no longer exists)",
+                f"{why}; run the batch again",
                 flush=True,
             )
             return exit_code(stopped=stopped, not_done=bad + left)
@@ -581,6 +587,10 @@ def _safe(url: str) -> str:
         netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
         return parts._replace(netloc=netloc).geturl()
     return url
+
+
+#: Unfinished states whose order exists (or may): they go on only where it was created.
+_PAST_THE_ORDER = (JobState.ORDERING, JobState.ORDERED, JobState.WAYBILLED, JobState.UNKNOWN)
 
 
 class _InputCheck:
