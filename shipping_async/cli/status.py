@@ -70,7 +70,8 @@ async def print_status(journal: Any, out: TextIO, *, speed: float = 1.0) -> None
     from shipping_async.bulk.journal import JobState
     from shipping_async.bulk.reconcile import describe_evidence
 
-    if hasattr(journal, "counts_by_account"):
+    # A wrapped store (the outage guard) passes counts_by_account through: ask the store.
+    if hasattr(getattr(journal, "store", journal), "counts_by_account"):
         per_account: dict[str, dict[JobState, int]] = await journal.counts_by_account()
     else:
         per_account = {"*": await journal.counts()}
