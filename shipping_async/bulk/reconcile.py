@@ -198,18 +198,27 @@ class Reconciler:
             report.remaining.append(outcome)
         return report
 
-    async def run_forever(self, stop: asyncio.Event, *, every: float) -> None:
-        """Reconcile every ``every`` real seconds until ``stop`` is set; errors are logged."""
+    async def run_forever(self, stop: asyncio.Event, *, every: float, most: float = 30.0) -> None:
+        """Reconcile every ``every`` real seconds until ``stop`` is set; errors are logged.
+
+        While passes change nothing and no job waits for evidence (only jobs a person must
+        decide, or none), the pause doubles up to ``most`` seconds: each pass reads every
+        job's reference, which a large journal should not pay twice a second.
+        """
+        pause = every
         while not stop.is_set():
             try:
                 report = await self.run_once()
             except (ShippingError, OSError) as exc:
                 _log.warning("reconciling unknown orders failed (tried again): %s", exc)
+                pause = every
             else:
                 for settled in report.settled:
                     _log.info("job %s settled from evidence: %s", settled.key, settled.evidence)
+                busy = report.settled or report.resent or any(r.waiting for r in report.remaining)
+                pause = every if busy else min(pause * 2, max(most, every))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), every)
+                await asyncio.wait_for(stop.wait(), pause)
 
     # -- internals -------------------------------------------------------------------------
 

@@ -270,3 +270,28 @@ def _minute() -> Any:
     from datetime import timedelta
 
     return timedelta(minutes=1)
+
+
+async def test_a_worker_s_passes_slow_down_while_only_a_person_can_decide(
+    journal: EvidenceJournal,
+) -> None:
+    client = FakeClient()
+    token = await unknown(journal, "PO-1")
+    client.api.orders |= {7: ("PO-1", QUOTE), 8: ("PO-1", QUOTE)}  # ambiguous for good
+    await give_up(journal, "PO-1", token)
+    passes = 0
+
+    class Counting(Reconciler):
+        async def run_once(self) -> Any:
+            nonlocal passes
+            passes += 1
+            return await super().run_once()
+
+    reconciler = Counting(journal, client, clock=ManualClock())
+    await reconciler.record([event(7), event(8)])
+    stop = asyncio.Event()
+    task = asyncio.create_task(reconciler.run_forever(stop, every=0.01, most=1.0))
+    await asyncio.sleep(0.4)
+    stop.set()
+    await task
+    assert 3 <= passes <= 8  # 0.01, 0.02, 0.04, ... rather than 40 passes
