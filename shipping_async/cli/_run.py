@@ -286,7 +286,9 @@ class _Execution:
                 return code
         reconciler = None
         if plan.webhook is not None:
-            reconciler = await open_evidence(stack, plan.webhook, journal, client, clock)
+            reconciler = await _webhook(stack, plan.webhook, journal, client, clock)
+            if reconciler is None:
+                return SETUP
         assert plan.input is not None
         while True:  # a pass more after unknown orders were settled from evidence
             shipper = BulkShipper(
@@ -446,9 +448,11 @@ class _Execution:
         if plan.webhook is not None:
             accounts = await journal.accounts_with_work(retry_failed=plan.retry_failed)
             client = clients.client(accounts[0] if accounts else "")
-            reconciler = await open_evidence(
+            reconciler = await _webhook(
                 stack, plan.webhook, journal, client, clock, client_for=clients.client
             )
+            if reconciler is None:
+                return SETUP
         while True:  # a pass more after unknown orders were settled from evidence
             worker = Worker(
                 journal,
@@ -576,6 +580,17 @@ class _Execution:
 def _one_line(exc: BaseException) -> str:
     """An error for one line of a terminal: its text (or type), escaped and capped."""
     return printable(str(exc)[:300] or type(exc).__name__)
+
+
+async def _webhook(stack: contextlib.AsyncExitStack, *args: Any, **options: Any) -> Any:
+    """:func:`open_evidence`, or ``None`` after saying why it failed (no traceback)."""
+    from shipping_async.errors import ShippingError
+
+    try:
+        return await open_evidence(stack, *args, **options)
+    except (OSError, ShippingError, ValueError) as exc:
+        print(f"error: the webhook: {printable(exc)}", file=sys.stderr)
+        return None
 
 
 def _safe(url: str) -> str:
