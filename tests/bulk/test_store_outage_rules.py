@@ -1,0 +1,180 @@
+"""The rules of riding out a lost store connection (issue 12), on a store that cuts calls.
+
+:class:`Cutting` wraps a SQLite journal in memory and cuts its next calls as a crashed
+server would: before the call reaches the store, or after it committed (the answer lost).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from shipping_async.bulk._outage import IntentUnsettled, SteadyJournal
+from shipping_async.bulk.journal import JobRecord, JobState, JournalUnavailableError
+from shipping_async.bulk.sqlite_journal import SQLiteJournal
+from tests.bulk.support import make_job
+
+
+class Cutting:
+    """A journal whose next ``before`` calls never arrive and next ``after`` calls commit
+    but lose their answer (``ConnectionResetError``, as asyncpg raises on a cut socket)."""
+
+    def __init__(self, store: SQLiteJournal) -> None:
+        self.store = store
+        self.before = 0
+        self.after = 0
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.store, name)
+        if not asyncio.iscoroutinefunction(method):
+            return method
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            if self.before:
+                self.before -= 1
+                raise ConnectionResetError("connection reset by peer")
+            result = await method(*args, **kwargs)
+            if self.after:
+                self.after -= 1
+                raise ConnectionResetError("connection reset by peer")
+            return result
+
+        return call
+
+
+@pytest.fixture
+async def cutting() -> AsyncIterator[Cutting]:
+    store = await SQLiteJournal.open(":memory:")
+    await store.add([make_job("J-1")])
+    yield Cutting(store)
+    await store.close()
+
+
+async def claimed(journal: SteadyJournal) -> JobRecord:
+    (record,) = await journal.claim("w1", lease=60, limit=1)
+    return record
+
+
+async def quoted(journal: SteadyJournal) -> JobRecord:
+    record = await claimed(journal)
+    assert record.claim_token is not None
+    return await journal.record(record.claim_token, "J-1", JobState.QUOTED, quote_id=1)
+
+
+async def test_a_finish_whose_answer_was_lost_is_found_committed_not_refused(
+    cutting: Cutting,
+) -> None:
+    journal = SteadyJournal(cutting)  # type: ignore[arg-type]
+    record = await claimed(journal)
+    assert record.claim_token is not None
+    cutting.after = 1  # committed (token dropped); the repeat is refused; the row tells
+    done = await journal.finish(record.claim_token, "J-1", JobState.DONE)
+    assert done.state is JobState.DONE
+    assert done.claim_token is None
+
+
+async def test_a_withdrawal_whose_answer_was_lost_is_found_committed(cutting: Cutting) -> None:
+    journal = SteadyJournal(cutting)  # type: ignore[arg-type]
+    record = await quoted(journal)
+    token = record.claim_token
+    assert token is not None
+    await journal.begin_order(token, "J-1", quote_id=1, estimate_id=2)
+    cutting.after = 1
+    back = await journal.withdraw_order(token, "J-1")
+    assert back.state is JobState.QUOTED
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "committed"),
+    [
+        pytest.param(1, 0, False, id="never-arrived"),
+        pytest.param(0, 1, True, id="committed-answer-lost"),
+    ],
+)
+async def test_a_lost_order_intent_is_never_repeated_blindly(
+    cutting: Cutting, before: int, after: int, committed: bool
+) -> None:
+    journal = SteadyJournal(cutting)  # type: ignore[arg-type]
+    record = await quoted(journal)
+    token = record.claim_token
+    assert token is not None
+    cutting.before, cutting.after = before, after
+    with pytest.raises(IntentUnsettled):
+        await journal.begin_order(token, "J-1", quote_id=1, estimate_id=2)
+    # The caller reads the row to learn which: the intent committed, or it did not.
+    row = await journal.get("J-1")
+    assert row is not None
+    assert row.state is (JobState.ORDERING if committed else JobState.QUOTED)
+    assert row.claim_token == token
+
+
+async def test_an_outage_is_waited_out_and_logged_once_each_way(
+    cutting: Cutting, caplog: pytest.LogCaptureFixture
+) -> None:
+    journal = SteadyJournal(cutting)  # type: ignore[arg-type]
+    cutting.before = 5
+    with caplog.at_level(logging.WARNING, logger="shipping_async.bulk.journal"):
+        counts = await journal.counts()
+    assert counts[JobState.PENDING] == 1
+    assert caplog.text.count("journal store unreachable") == 1
+    assert caplog.text.count("journal store answers again") == 1
+    assert not journal.away
+    assert journal.up.is_set()
+
+
+async def test_one_cut_connection_that_the_retry_replaces_is_not_an_outage(
+    cutting: Cutting, caplog: pytest.LogCaptureFixture
+) -> None:
+    journal = SteadyJournal(cutting)  # type: ignore[arg-type]
+    cutting.before = 1  # a pooled connection the server closed: the next one works
+    with caplog.at_level(logging.WARNING, logger="shipping_async.bulk.journal"):
+        await journal.counts()
+    assert "journal store" not in caplog.text
+
+
+async def test_an_outage_longer_than_max_outage_ends_every_waiting_call(cutting: Cutting) -> None:
+    journal = SteadyJournal(cutting, max_outage=0.3)  # type: ignore[arg-type]
+    cutting.before = 10**9
+    started = time.monotonic()
+    calls: list[Callable[[], Awaitable[object]]] = [journal.counts, lambda: journal.get("J-1")]
+    results = await asyncio.gather(*(call() for call in calls), return_exceptions=True)
+    assert all(isinstance(result, JournalUnavailableError) for result in results), results
+    assert "longer than --max-store-outage 0.3" in str(results[0])
+    assert time.monotonic() - started < 2.0
+
+
+async def test_the_watcher_ends_the_run_when_nobody_is_asking_the_store(cutting: Cutting) -> None:
+    # Every job may be parked at the order gate: the watcher itself looks and gives up.
+    journal = SteadyJournal(cutting, max_outage=0.3)  # type: ignore[arg-type]
+    record = await quoted(journal)
+    assert record.claim_token is not None
+    cutting.before = 10**9
+    for _ in range(2):  # the outage starts; the caller waits elsewhere, asking nothing
+        with pytest.raises(IntentUnsettled):
+            await journal.begin_order(record.claim_token, "J-1", quote_id=1, estimate_id=2)
+    assert journal.away
+    assert not journal.up.is_set()
+    with pytest.raises(JournalUnavailableError):
+        await asyncio.wait_for(journal.watch(), timeout=2)
+
+
+async def test_the_watcher_finds_the_store_back_for_callers_parked_at_the_gate(
+    cutting: Cutting,
+) -> None:
+    journal = SteadyJournal(cutting)  # type: ignore[arg-type]
+    record = await quoted(journal)
+    assert record.claim_token is not None
+    cutting.before = 1
+    with pytest.raises(IntentUnsettled):
+        await journal.begin_order(record.claim_token, "J-1", quote_id=1, estimate_id=2)
+    assert not journal.up.is_set()
+    watcher = asyncio.create_task(journal.watch())
+    try:
+        await asyncio.wait_for(journal.up.wait(), timeout=2)
+    finally:
+        watcher.cancel()
