@@ -57,7 +57,7 @@ T = TypeVar("T")
 
 #: Backoff between attempts while the store is away (real seconds): first, most.
 _FIRST_DELAY = 0.05
-_MOST_DELAY = 1.0
+_MOST_DELAY = 0.5
 
 
 class IntentUnsettled(JournalError):

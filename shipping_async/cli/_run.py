@@ -101,6 +101,10 @@ class RunPlan:
 def execute(plan: RunPlan) -> int:
     """Run ``plan``; returns the exit code."""
     configure_cli_logging()
+    # SHIPPING_LOG=debug from the start: a journal that fails to open shows its traceback.
+    from shipping_async._http import configure_logging
+
+    configure_logging()
     try:
         return asyncio.run(_Execution(plan).main())
     except (KeyboardInterrupt, asyncio.CancelledError):  # the second Ctrl-C
