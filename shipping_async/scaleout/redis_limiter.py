@@ -51,6 +51,7 @@ _log = logging.getLogger(__name__)
 # once its gate stops asking for more (see _reserve).
 _RESERVE_IDLE_SHARE = 0.05
 _RESERVE_QUIET_SHARE = 0.01
+_RESERVE_FLOOR = 0.2  # real seconds
 
 
 class OrderGateLike(Protocol):
@@ -140,8 +141,12 @@ class RedisOrderLimiter:
         )
         self._held: set[str] = set()  # granted here and not released
         # Permits taken in Redis ahead of an acquire, for an order gate (see _reserve).
+        # Real-seconds floors: at a sandbox's scaled clock a share of a window is a few
+        # milliseconds, shorter than one quote, and permits would churn to Redis and back.
+        floor = self._clock.from_real(_RESERVE_FLOOR)
         self._reserve = Reserve(
-            idle=float(window) * _RESERVE_IDLE_SHARE, quiet=float(window) * _RESERVE_QUIET_SHARE
+            idle=max(float(window) * _RESERVE_IDLE_SHARE, floor),
+            quiet=max(float(window) * _RESERVE_QUIET_SHARE, floor),
         )
         self._queue = LocalQueue(
             self._store,

@@ -30,8 +30,13 @@ MakeLimiter = Callable[..., RedisOrderLimiter]
 
 
 @pytest.fixture
-async def make_limiter(prefix: str, redis_client: aioredis.Redis) -> AsyncIterator[MakeLimiter]:
+async def make_limiter(
+    prefix: str, redis_client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[MakeLimiter]:
     """Build limiters on the shared Redis under this test's prefix; close them afterwards."""
+    # Windows here are tenths of a real second: the reserve's real-seconds floors (for
+    # sandboxes at high speed) would hide the shares these tests are about.
+    monkeypatch.setattr(redis_limiter, "_RESERVE_FLOOR", 0.0)
     made: list[RedisOrderLimiter] = []
 
     def make(account: str = "acct", **options: object) -> RedisOrderLimiter:
