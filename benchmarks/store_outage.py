@@ -13,7 +13,7 @@ starting the workers to the last one's exit (process start-up included); ``span`
 real time from the first order created to the last (the sandbox's log); ``away`` the
 real time the store was down (crash to accepting connections again, its crash recovery
 included); ``growth`` the span beyond the median span without an outage, against the
-acceptance bound ``away + one window``.
+acceptance bound ``away + one window``; ``claimed again`` the jobs claimed more than once.
 """
 
 from __future__ import annotations
@@ -77,6 +77,9 @@ async def measure(template: Path, n: int, speed: float, crashes: bool) -> dict[s
                 crew.stop()
             batch = time.monotonic() - started
             tracebacks = crew.logs().count("Traceback")
+        journal = await PostgresJournal.open(server.dsn, clock=ScaledClock(speed))
+        reclaimed = sum([record.attempts > 1 async for record in journal.records()])
+        await journal.close()
         orders = await sandbox.orders()
         made = created(orders)
         return {
@@ -89,6 +92,7 @@ async def measure(template: Path, n: int, speed: float, crashes: bool) -> dict[s
             "busiest": busiest_window(orders),
             "exit0": sum(code == 0 for code in codes),
             "tracebacks": tracebacks,
+            "reclaimed": reclaimed,
         }
     finally:
         sandbox.stop()
@@ -120,7 +124,7 @@ async def main() -> None:
     print(f"{args.n} jobs, 3 workers, one account, window {window:.2f} s real")
     print(
         f"{'run':<12} {'batch s':>8} {'span s':>7} {'away s':>7} {'growth s':>9} {'bound s':>8} "
-        f"{'twice':>6} {'missing':>8} {'429':>4} {'busiest':>8} {'exit 0':>7} {'tracebacks':>11}"
+        f"{'twice':>6} {'missing':>8} {'429':>4} {'busiest':>8} {'exit 0':>7} {'tracebacks':>11} {'claimed again':>14}"
     )
     for name, r in rows:
         growth = r["span"] - base
@@ -128,7 +132,7 @@ async def main() -> None:
         print(
             f"{name:<12} {r['batch']:>8.1f} {r['span']:>7.1f} {r['away']:>7.1f} {growth:>9.1f} {bound:>8.1f} "
             f"{r['twice']:>6.0f} {r['missing']:>8.0f} {r['429']:>4.0f} {r['busiest']:>8.0f} "
-            f"{r['exit0']:>5.0f}/3 {r['tracebacks']:>11.0f}"
+            f"{r['exit0']:>5.0f}/3 {r['tracebacks']:>11.0f} {r['reclaimed']:>14.0f}"
         )
 
 
