@@ -6,14 +6,6 @@ queue - talks to Redis. The script answers how long until the next permit frees;
 task sleeps exactly that long plus a little jitter, so the processes of a busy account do
 not poll in step.
 
-One round trip per turn of that loop carries everything the process has for the account
-(:meth:`~shipping_async.scaleout._permit_store.PermitStore.sync`): the releases queued
-since the last one, the reserved permits being taken for orders about to be sent, and the
-permits wanted for waiters and the reserve. So the takes of one event-loop tick share a
-call, and a release rides along with the next call: an unsent permit (free now for
-others) at once, a sent one within ``quiet`` seconds. Holding back a sent release only
-keeps its permit counted a little longer - never shorter - than the rule says.
-
 Fail closed: when Redis cannot be reached, no permit is granted. Waiters keep waiting
 (the outage is logged once, with the reason, at ERROR) and carry on when Redis answers
 again; with ``max_outage`` set they get :class:`~shipping_async.errors.LimiterUnavailableError`
@@ -23,10 +15,11 @@ after that many seconds.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from redis.exceptions import RedisError
 
@@ -42,8 +35,6 @@ _log = logging.getLogger("shipping_async.scaleout.redis_limiter")
 
 # Sleeps get up to 0.5 % of a hold added, so that the heads of many processes spread out.
 _JITTER_SHARE = 0.005
-# The shortest lease (real seconds) of a permit fetched ahead into a reserve.
-_RESERVE_LEASE_FLOOR = 2.0
 # Reconnect attempts while Redis is away, real seconds.
 _RETRY_FIRST, _RETRY_MAX = 0.05, 1.0
 
@@ -60,11 +51,10 @@ class LocalQueue:
         "_lease",
         "_max_outage",
         "_outage_since",
-        "_outbox",
+        "_release",
         "_reserve",
         "_speed",
         "_store",
-        "_takes",
         "_waiters",
         "_watching",
         "on_ready",
@@ -76,6 +66,7 @@ class LocalQueue:
         reserve: Reserve,
         *,
         held: set[str],
+        release: Callable[[Permit], Awaitable[None]],
         account: str,
         clock: Clock,
         lease: float,
@@ -84,10 +75,7 @@ class LocalQueue:
         self._store = store
         self._reserve = reserve
         self._held = held  # the limiter's: ids granted in this process and not released
-        # Releases not yet written: (id, sent, due on the clock, told when written);
-        # reserved ids being taken.
-        self._outbox: list[tuple[str, bool, float, asyncio.Future[None] | None]] = []
-        self._takes: list[tuple[str, asyncio.Future[str | None]]] = []
+        self._release = release  # gives a permit back unsent, through the limiter
         self._account = account
         self._clock = clock
         self._speed = clock.from_real(1.0)  # clock seconds per real (Redis) second
@@ -132,47 +120,6 @@ class LocalQueue:
         self.kick()  # if nobody waits any more, run() ends now, not after a nap
         return granted
 
-    def take(self, reserved_id: str) -> asyncio.Future[str | None]:
-        """Make a reserved permit count for a full lease, in the next round trip; the
-        future gets its id, or ``None`` if it expired meanwhile (or Redis is away)."""
-        future: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
-        self._takes.append((reserved_id, future))
-        self._kick.set()
-        return future
-
-    def release(self, permit_id: str, *, sent: bool) -> asyncio.Future[None] | None:
-        """Queue a release for the next round trip. An unsent one is due at once, and the
-        future returned is done once it was written (or could not be: see the log)."""
-        now = self._clock.monotonic()
-        if sent:
-            self._outbox.append((permit_id, True, now + self._reserve.quiet, None))
-            if self._watching:
-                self._kick.set()  # the nap must end by the due time
-            return None
-        written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._outbox.append((permit_id, False, now, written))
-        self._kick.set()  # a permit is free now
-        return written
-
-    def drain_outbox(self) -> list[tuple[str, bool]]:
-        """The releases not yet written, for a caller that writes them itself (their
-        waiters are told at once)."""
-        releases, told = self._drain()
-        self._tell(told)
-        return releases
-
-    def _drain(self) -> tuple[list[tuple[str, bool]], list[asyncio.Future[None]]]:
-        releases = [(item[0], item[1]) for item in self._outbox]
-        told = [item[3] for item in self._outbox if item[3] is not None]
-        self._outbox.clear()
-        return releases, told
-
-    @staticmethod
-    def _tell(told: list[asyncio.Future[None]]) -> None:
-        for future in told:
-            if not future.done():
-                future.set_result(None)
-
     def kick(self) -> None:
         """Cut :meth:`run`'s nap short: a permit freed here, or more are wanted now."""
         self._kick.set()
@@ -199,7 +146,6 @@ class LocalQueue:
         except Exception as exc:
             _log.exception("order limiter for account %s failed", self._account)
             self._fail_waiters(exc)
-            self._tell([item[3] for item in self._outbox if item[3] is not None])
 
     async def _serve(self) -> None:
         """Act for the head of the local queue: ask Redis, hand out, sleep the answer."""
@@ -207,52 +153,29 @@ class LocalQueue:
         while True:
             now = self._clock.monotonic()
             for permit in self._reserve.expire(now):
-                # Nobody took it in time: others may.
-                self._held.discard(permit.id)
-                self._outbox.append((permit.id, False, now, None))
+                await self._release(permit)  # nobody took it: others may
             wanted = self._wanted(now)
-            if wanted == 0 and not self._takes:
-                due = min((item[2] for item in self._outbox), default=None)
-                if due is None or due > now:
-                    wake = min(
-                        (at for at in (self._reserve.next_expiry(), due) if at is not None),
-                        default=None,
-                    )
-                    if wake is None:
-                        return
-                    self._watching = True
-                    try:
-                        await self._nap(wake - now)  # give back what nobody takes in time
-                    finally:
-                        self._watching = False
-                    continue
-            takes, self._takes = self._takes, []
-            releases, told = self._drain()
-            for reserved_id, future in takes:
-                if future.done():  # its taker was cancelled before the call: give it back
-                    releases.append((reserved_id, False))
-            takes = [(reserved_id, future) for reserved_id, future in takes if not future.done()]
+            if wanted == 0:
+                expiry = self._reserve.next_expiry()
+                if expiry is None:
+                    return
+                self._watching = True
+                try:
+                    await self._nap(expiry - now)  # give back what nobody takes in time
+                finally:
+                    self._watching = False
+                continue
             direct = min(wanted, self._live_waiters())
             try:
-                synced = await self._store.sync(
-                    releases=releases,
-                    takes=[reserved_id for reserved_id, _ in takes],
-                    wanted=wanted,
+                granted, wait = await self._store.acquire(
+                    wanted,
                     direct=direct,
                     lease=self._lease,
-                    # A real-seconds floor: a permit fetched for a job that is admitted and
-                    # quoting must still count when the job sends (a scaled clock makes
-                    # 7.5 % of a window a few milliseconds).
-                    reserve_lease=max(1.5 * self._reserve.idle, _RESERVE_LEASE_FLOOR * self._speed),
+                    reserve_lease=1.5 * self._reserve.idle,
                     # Unasked-for ones come back after ``quiet``: others look again then.
                     recheck=2 * self._reserve.quiet,
                 )
             except RedisError as exc:
-                for _, future in takes:
-                    if not future.done():
-                        future.set_result(None)
-                self._lost_releases(releases, exc)
-                self._tell(told)
                 self._fail_closed(exc)
                 # Reconnecting is about Redis, whose time is real; the clock's is protocol time.
                 await self._clock.sleep(retry * (1 + random.random()) * self._speed)
@@ -260,16 +183,7 @@ class LocalQueue:
                 continue
             retry = _RETRY_FIRST
             self._recovered()
-            self._tell(told)
             now = self._clock.monotonic()
-            taken = set(synced.taken)
-            for reserved_id, future in takes:
-                permit_id = reserved_id.removeprefix("r:")
-                if not future.done():
-                    future.set_result(permit_id if permit_id in taken else None)
-                elif permit_id in taken:  # its taker was cancelled while Redis answered
-                    self._outbox.append((permit_id, False, now, None))
-            granted, wait = synced.granted, synced.wait
             self._free_at = now + wait
             if len(granted) > direct:
                 self.on_ready()
@@ -279,24 +193,14 @@ class LocalQueue:
                 if kept:
                     self._held.add(permit_id)
                 else:  # its waiter was cancelled while Redis answered: never used
-                    self._outbox.append((permit_id, False, now, None))
+                    with contextlib.suppress(RedisError):  # if not, its lease frees it
+                        await self._store.release(permit_id, sent=False)
             if len(granted) < wanted:
                 # Held permits free only on a release nobody announces, and a released
                 # one no sooner than one hold later: never sleep longer than a hold.
                 hold = self._store.window + self._store.margin
                 nap = min(wait, hold) + random.uniform(0, _JITTER_SHARE * hold)
                 await self._nap(nap)
-
-    def _lost_releases(self, releases: list[tuple[str, bool]], exc: RedisError) -> None:
-        if releases:
-            _log.warning(
-                "order limiter for account %s: could not release %d permit(s) in Redis (%s); "
-                "their lease frees them in at most %g s",
-                self._account,
-                len(releases),
-                exc,
-                self._lease + self._store.window + self._store.margin,
-            )
 
     def _live_waiters(self) -> int:
         while self._waiters and self._waiters[0].done():
@@ -318,8 +222,6 @@ class LocalQueue:
 
     async def _nap(self, seconds: float) -> None:
         """Sleep ``seconds`` of the clock, or less if a local release frees a permit."""
-        if self._takes or any(not item[1] for item in self._outbox):
-            return  # queued while Redis answered: the next round trip is due now
         self._kick.clear()
         sleeper = asyncio.ensure_future(self._clock.sleep(seconds))
         kicked = asyncio.ensure_future(self._kick.wait())

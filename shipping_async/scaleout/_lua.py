@@ -25,7 +25,7 @@ Every script returns ``{result, wait_us, limit, window_us, margin_us, epoch}``.
 
 from __future__ import annotations
 
-__all__ = ["PAUSE", "SYNC"]
+__all__ = ["ACQUIRE", "PAUSE", "RELEASE", "TAKE"]
 
 _PRELUDE = """
 local permits, state = KEYS[1], KEYS[2]
@@ -63,92 +63,78 @@ local function reply(result, wait)
 end
 """
 
-#: One round trip for everything a process has for the account: ``ARGV[8]`` lease (us),
-#: ``ARGV[9]`` the short lease (us) of permits fetched ahead into a reserve (ids ``r:...``),
-#: ``ARGV[10]`` how soon (us) to look again while permits sit in a reserve, then
-#:
-#: 1. releases: a count R, then R pairs (``'1'`` sent / ``'0'`` not sent, id). A sent
-#:    permit counts from now (window + margin), even if its lease had run out and the set
-#:    had dropped it; an unsent one is removed.
-#: 2. takes: a count T, then T ids (``r:ID``) of reserved permits about to be used: each
-#:    becomes ``ID`` and counts for a full lease - unless it expired (it no longer counts)
-#:    or a 429 paused everyone since it was fetched. A worker that dies with permits in
-#:    reserve thus blocks them only for the short reserve lease, not for a request's.
-#: 3. acquires: how many of the remaining ids are for waiters (D), then the ids wanted,
-#:    waiters first; the others are fetched ahead (ids ``r:...``). Grants as many as are
-#:    free (none while paused).
-#:
-#: ``result`` is a string: one ``'1'``/``'0'`` per take (taken or not), ``':'``, and the
-#: number of permits granted. ``wait``: if fewer were granted than wanted, how long until
-#: the next permit frees - or, while permits sit in a reserve (a given-back one frees at
-#: once, unannounced), ``ARGV[10]`` if that is sooner.
-SYNC = (
+#: ``ARGV[8]`` lease (us), ``ARGV[9]`` how many of the ids are for waiters, ``ARGV[10]``
+#: the short lease (us) of the others, fetched ahead into a reserve (their ids start with
+#: ``r:``; see ``TAKE``), ``ARGV[11]`` how soon (us) to look again while permits sit in a
+#: reserve; ``ARGV[12..]`` ids for the permits wanted, waiters first. Grants as many as
+#: are free (none while paused); returns the number granted and, if some were not, how
+#: long until the next permit frees - or, while permits sit in a reserve (a given-back
+#: one frees at once, unannounced), ``ARGV[11]`` if that is sooner.
+ACQUIRE = (
     _PRELUDE
     + """
-local lease, reserve_lease = tonumber(ARGV[8]), tonumber(ARGV[9])
-local recheck = tonumber(ARGV[10])
-local at = 11
-local released = tonumber(ARGV[at])
-at = at + 1
-local ttl_needed = false
-for _ = 1, released do
-  if ARGV[at] == '1' then
-    redis.call('ZADD', permits, now, ARGV[at + 1])
-    ttl_needed = true
-  else
-    redis.call('ZREM', permits, ARGV[at + 1])
-  end
-  at = at + 2
+local lease, direct, reserve_lease = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+local recheck = tonumber(ARGV[11])
+local wanted = #ARGV - 11
+if now < paused_until then return reply(0, paused_until - now) end
+local count = redis.call('ZCARD', permits)
+local granted = 0
+while granted < wanted and count < limit do
+  granted = granted + 1
+  count = count + 1
+  local hold_for = lease
+  if granted > direct then hold_for = reserve_lease end
+  redis.call('ZADD', permits, now + hold_for, ARGV[11 + granted])
 end
-local takes = tonumber(ARGV[at])
-at = at + 1
-local flags = {}
-for i = 1, takes do
-  local id = ARGV[at]
-  at = at + 1
-  flags[i] = '0'
-  if redis.call('ZSCORE', permits, id) then
-    redis.call('ZREM', permits, id)
-    if now >= paused_until then
-      redis.call('ZADD', permits, now + lease, string.sub(id, 3))
-      flags[i] = '1'
+local wait = 0
+if granted < wanted then
+  -- The permit whose expiry brings the count below the limit (scores ascend).
+  local all = redis.call('ZRANGE', permits, 0, -1, 'WITHSCORES')
+  wait = tonumber(all[2 * (count - limit) + 2]) + hold - now
+  for i = 1, #all, 2 do
+    if string.sub(all[i], 1, 2) == 'r:' then
+      -- Fetched ahead by a process that may give it back at any moment: look again
+      -- soon rather than when its count would run out.
+      wait = math.min(wait, recheck)
+      break
     end
   end
 end
-local direct = tonumber(ARGV[at])
-at = at + 1
-local wanted = #ARGV - at + 1
-local granted, wait = 0, 0
-if wanted > 0 and now < paused_until then
-  wait = paused_until - now
-elseif wanted > 0 then
-  local count = redis.call('ZCARD', permits)
-  while granted < wanted and count < limit do
-    granted = granted + 1
-    count = count + 1
-    local hold_for = lease
-    if granted > direct then hold_for = reserve_lease end
-    redis.call('ZADD', permits, now + hold_for, ARGV[at + granted - 1])
-  end
-  if granted < wanted then
-    -- The permit whose expiry brings the count below the limit (scores ascend).
-    local all = redis.call('ZRANGE', permits, 0, -1, 'WITHSCORES')
-    wait = tonumber(all[2 * (count - limit) + 2]) + hold - now
-    for i = 1, #all, 2 do
-      if string.sub(all[i], 1, 2) == 'r:' then
-        -- Fetched ahead by a process that may give it back at any moment: look again
-        -- soon rather than when its count would run out.
-        wait = math.min(wait, recheck)
-        break
-      end
-    end
-  end
+redis.call('PEXPIRE', permits, math.floor((lease + hold) / 1000) + 1000)
+return reply(granted, wait)
+"""
+)
+
+#: ``ARGV[8]`` lease (us), ``ARGV[9]`` id (``r:ID``) of a permit from the reserve, about to
+#: be used: it becomes ``ID`` and counts for a full lease. Returns 0 if it had expired (it
+#: no longer counts: the caller must acquire anew). A worker that dies with permits in
+#: reserve thus blocks them only for the short reserve lease, not for a request's.
+TAKE = (
+    _PRELUDE
+    + """
+if not redis.call('ZSCORE', permits, ARGV[9]) then return reply(0, 0) end
+redis.call('ZREM', permits, ARGV[9])
+if now < paused_until then
+  -- A 429 paused everyone after this permit was fetched: it must not be used now.
+  return reply(0, paused_until - now)
 end
-if granted > 0 or takes > 0 or ttl_needed then
-  local ttl = math.floor((lease + hold) / 1000) + 1000
+redis.call('ZADD', permits, now + tonumber(ARGV[8]), string.sub(ARGV[9], 3))
+return reply(1, 0)
+"""
+)
+
+#: ``ARGV[8]`` '1' if the request may have reached the server, else '0'; ``ARGV[9]`` id.
+RELEASE = (
+    _PRELUDE
+    + """
+if ARGV[8] == '1' then
+  -- Counted from now, even if its lease had run out and the set had dropped it.
+  redis.call('ZADD', permits, now, ARGV[9])
+  local ttl = math.floor(hold / 1000) + 1000
   if redis.call('PTTL', permits) < ttl then redis.call('PEXPIRE', permits, ttl) end
+  return reply(1, 0)
 end
-return reply(table.concat(flags) .. ':' .. granted, wait)
+return reply(redis.call('ZREM', permits, ARGV[9]), 0)
 """
 )
 

@@ -9,8 +9,7 @@ every worker shares and the epoch of the Redis data it has seen.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 from uuid import uuid4
 
 import redis.asyncio as aioredis
@@ -19,22 +18,13 @@ import redis.asyncio as aioredis
 from shipping_async.limiter import DEFAULT_MARGIN_SHARE
 from shipping_async.scaleout import _lua
 
-__all__ = ["PermitStore", "Synced"]
+__all__ = ["PermitStore"]
 
 _log = logging.getLogger("shipping_async.scaleout.redis_limiter")
 
 _US = 1_000_000
 # Learned rates and the epoch outlive any batch; one idle day forgets them.
 _STATE_TTL_MS = 86_400_000
-
-
-class Synced(NamedTuple):
-    """What one :meth:`PermitStore.sync` got: the ids taken (without ``r:``), the ids
-    granted, and how long until it is worth asking again (0 if all were granted)."""
-
-    taken: list[str]
-    granted: list[str]
-    wait: float
 
 
 class PermitStore:
@@ -64,7 +54,9 @@ class PermitStore:
         self._margin = margin  # None: a share of the window
         self._epoch = ""  # the copy of the Redis data this process has used
         self._scripts = {
-            "sync": redis.register_script(_lua.SYNC),
+            "acquire": redis.register_script(_lua.ACQUIRE),
+            "release": redis.register_script(_lua.RELEASE),
+            "take": redis.register_script(_lua.TAKE),
             "pause": redis.register_script(_lua.PAUSE),
         }
 
@@ -73,56 +65,44 @@ class PermitStore:
         """Seconds added to every hold and pause, on top of the window."""
         return self.window * DEFAULT_MARGIN_SHARE if self._margin is None else self._margin
 
-    async def sync(
-        self,
-        *,
-        releases: Sequence[tuple[str, bool]] = (),
-        takes: Sequence[str] = (),
-        wanted: int = 0,
-        direct: int = 0,
-        lease: float,
-        reserve_lease: float = 0.0,
-        recheck: float = 0.0,
-    ) -> Synced:
-        """Everything this process has for the account, in one script run.
+    async def acquire(
+        self, wanted: int, *, direct: int, lease: float, reserve_lease: float, recheck: float
+    ) -> tuple[list[str], float]:
+        """Take up to ``wanted`` permits; returns their ids and, if fewer were free, the
+        seconds until it is worth asking again (0 otherwise).
 
-        ``releases``: ``(permit id, sent)``; a sent permit counts from now (window +
-        margin), an unsent one is freed. ``takes``: ids (``r:...``) of permits fetched ahead
-        that are about to be used; each counts for ``lease`` from now, unless it expired
-        or a 429 paused everyone since. Then up to ``wanted`` new permits: the first
-        ``direct`` are for requests about to be sent (``lease``), the others are fetched
-        ahead (ids ``r:...``) and count for ``reserve_lease``; while any process holds
+        The first ``direct`` are for requests about to be sent: they count for ``lease``.
+        The others are fetched ahead (ids ``r:...``) and count for ``reserve_lease``
+        until :meth:`take` makes them count for a full lease. While any process holds
         such permits, the wait returned is at most ``recheck``.
         """
         ids = [("" if index < direct else "r:") + uuid4().hex for index in range(wanted)]
-        args: list[str | int] = [self._us(lease), self._us(reserve_lease), self._us(recheck)]
-        args.append(len(releases))
-        for permit_id, sent in releases:
-            args += ["1" if sent else "0", permit_id]
-        args.append(len(takes))
-        args += takes
-        args.append(direct)
-        args += ids
-        result, wait = await self._run("sync", *args)
-        flags, _, granted = result.partition(":")
-        taken = [
-            permit_id.removeprefix("r:")
-            for permit_id, flag in zip(takes, flags, strict=True)
-            if flag == "1"
-        ]
-        return Synced(taken=taken, granted=ids[: int(granted)], wait=wait)
+        granted, wait = await self._run(
+            "acquire", self._us(lease), direct, self._us(reserve_lease), self._us(recheck), *ids
+        )
+        return ids[:granted], wait
+
+    async def take(self, reserved_id: str, *, lease: float) -> str | None:
+        """A permit fetched ahead is about to be used: its id from now on, or ``None``
+        if it had expired (or a 429 paused everyone since)."""
+        taken, _ = await self._run("take", self._us(lease), reserved_id)
+        return reserved_id.removeprefix("r:") if taken else None
+
+    async def release(self, permit_id: str, *, sent: bool) -> None:
+        """Count a sent permit from now (window + margin); free an unsent one."""
+        await self._run("release", "1" if sent else "0", permit_id)
 
     async def pause(self, seconds: float, *, limit: int, window: float) -> None:
         """Grant nothing for ``seconds`` + margin; keep the stricter of the rates."""
         await self._run("pause", self._us(seconds), limit, self._us(window))
 
-    async def count(self, *, lease: float, releases: Sequence[tuple[str, bool]] = ()) -> int:
-        """How many permits count now, across every process (after ``releases``)."""
-        await self.sync(releases=releases, lease=lease)  # wants none; drops the expired
-        redis = self._scripts["sync"].registered_client
+    async def count(self, *, lease: float) -> int:
+        """How many permits count now, across every process."""
+        await self._run("acquire", self._us(lease), 0, 0, 0)  # wants none; drops the expired
+        redis = self._scripts["acquire"].registered_client
         return int(await redis.zcard(self.keys[0]))
 
-    async def _run(self, script: str, *extra: str | int) -> tuple[str, float]:
+    async def _run(self, script: str, *extra: str | int) -> tuple[int, float]:
         args: list[str | int] = [
             self.limit,
             self._us(self.window),
@@ -145,8 +125,7 @@ class PermitStore:
         self._epoch = epoch
         self.limit = int(limit)
         self.window = self._seconds(int(window_us))
-        text = result.decode() if isinstance(result, bytes) else str(result)
-        return text, self._seconds(int(wait_us))
+        return int(result), self._seconds(int(wait_us))
 
     def _us(self, seconds: float) -> int:
         """Seconds of the caller's clock as integer microseconds of Redis' real clock."""

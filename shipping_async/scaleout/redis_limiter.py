@@ -51,7 +51,6 @@ _log = logging.getLogger(__name__)
 # once its gate stops asking for more (see _reserve).
 _RESERVE_IDLE_SHARE = 0.05
 _RESERVE_QUIET_SHARE = 0.01
-_RESERVE_FLOOR = 0.2  # real seconds
 
 
 class OrderGateLike(Protocol):
@@ -141,17 +140,14 @@ class RedisOrderLimiter:
         )
         self._held: set[str] = set()  # granted here and not released
         # Permits taken in Redis ahead of an acquire, for an order gate (see _reserve).
-        # Real-seconds floors: at a sandbox's scaled clock a share of a window is a few
-        # milliseconds, shorter than one quote, and permits would churn to Redis and back.
-        floor = self._clock.from_real(_RESERVE_FLOOR)
         self._reserve = Reserve(
-            idle=max(float(window) * _RESERVE_IDLE_SHARE, floor),
-            quiet=max(float(window) * _RESERVE_QUIET_SHARE, floor),
+            idle=float(window) * _RESERVE_IDLE_SHARE, quiet=float(window) * _RESERVE_QUIET_SHARE
         )
         self._queue = LocalQueue(
             self._store,
             self._reserve,
             held=self._held,
+            release=lambda permit: self.release(permit, sent=False),
             account=account,
             clock=self._clock,
             lease=self._lease,
@@ -231,11 +227,15 @@ class RedisOrderLimiter:
         """A permit from the reserve, made to count for a full lease; ``None`` if none."""
         while (ready := self._reserve.take()) is not None:
             self._held.discard(ready.id)
-            taking = self._queue.take(ready.id)  # with the other takes of this tick
-            self._ensure_pump()
-            # Cancelled, the pump finds the future done and gives the permit back.
-            taken = await taking
-            if taken is not None:  # else expired in Redis, paused by a 429, or Redis away
+            try:
+                taken = await self._store.take(ready.id, lease=self._lease)
+            except RedisError:
+                taken = None  # it frees itself soon; the pump says why Redis is away
+            except asyncio.CancelledError:
+                self._held.add(ready.id)
+                await asyncio.shield(self.release(ready, sent=False))
+                raise
+            if taken is not None:  # else expired in Redis, or paused by a 429
                 self._held.add(taken)
                 return Permit(id=taken, acquired_at=self._clock.monotonic())
         return None
@@ -243,11 +243,9 @@ class RedisOrderLimiter:
     async def release(self, permit: Permit, *, sent: bool) -> None:
         """Give a permit back: ``sent=True`` if the request may have reached the server.
 
-        Written to Redis with the next round trip of this process for the account (an
-        unsent permit at once, a sent one within 1 % of a window), so the releases of
-        many orders share calls. Never raises for Redis trouble (it runs on the path of an
-        order's answer): a release that cannot be written is logged and left to the
-        permit's lease, which covers the request's timeout + window + margin.
+        Never raises for Redis trouble (it runs on the path of an order's answer): a
+        release that cannot be written is logged and left to the permit's lease, which
+        covers the request's timeout + window + margin.
         """
         try:
             self._held.remove(permit.id)
@@ -256,10 +254,19 @@ class RedisOrderLimiter:
                 f"permit {permit.id} is not held by {self!r}: released twice, or "
                 "acquired from another limiter"
             ) from None
-        written = self._queue.release(permit.id, sent=sent)
-        self._ensure_pump()
-        if written is not None:  # free for others now: return once it is
-            await asyncio.shield(written)
+        try:
+            await self._store.release(permit.id, sent=sent)
+        except RedisError as exc:
+            _log.warning(
+                "order limiter for account %s: could not release a permit in Redis (%s); "
+                "its lease frees it in at most %g s",
+                self._account,
+                exc,
+                self._lease + self.window + self.margin,
+            )
+            return
+        if not sent:
+            self._queue.kick()  # a permit is free now: the head need not sleep on
 
     async def pause(
         self, seconds: float, *, limit: int | None = None, window: float | None = None
@@ -288,13 +295,7 @@ class RedisOrderLimiter:
 
     async def in_use(self) -> int:
         """How many permits of the account count right now, in every process."""
-        releases = self._queue.drain_outbox()
-        try:
-            return await self._store.count(lease=self._lease, releases=releases)
-        except RedisError:
-            for permit_id, sent in releases:  # written with the pump's next round trip
-                self._queue.release(permit_id, sent=sent)
-            raise
+        return await self._store.count(lease=self._lease)
 
     async def aclose(self) -> None:
         """Stop waiting, give back permits fetched ahead, close a pool this limiter made."""
@@ -303,20 +304,7 @@ class RedisOrderLimiter:
             await asyncio.gather(self._pump, return_exceptions=True)
         self._queue.cancel_all()
         for permit in self._reserve.clear():
-            self._held.discard(permit.id)
-            self._queue.release(permit.id, sent=False)
-        releases = self._queue.drain_outbox()
-        if releases:
-            try:
-                await self._store.sync(releases=releases, lease=self._lease)
-            except RedisError as exc:
-                _log.warning(
-                    "order limiter for account %s: could not release %d permit(s) in Redis "
-                    "(%s); their lease frees them",
-                    self._account,
-                    len(releases),
-                    exc,
-                )
+            await self.release(permit, sent=False)
         if self._owned_client is not None:
             client, self._owned_client = self._owned_client, None
             await client.aclose()

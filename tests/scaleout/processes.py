@@ -37,7 +37,8 @@ _RUNNER = (
 
 
 # ``shipping-async ARGS`` with the heartbeat's lease renewals slowed by $RENEW_DELAY real
-# seconds (an overloaded database), so that leases lapse between renewals. The renewal a
+# seconds (an overloaded database), so that leases lapse between renewals (the heartbeat
+# may call through wrappers such as the outage guard: any caller up the stack counts). The renewal a
 # task makes just before a waybill or pickup request stays fast: were it slower than a
 # whole lease, no job could ever get from one renewal to its request.
 _SLOW_RENEWALS = (
@@ -46,7 +47,10 @@ _SLOW_RENEWALS = (
     "delay = float(os.environ['RENEW_DELAY'])\n"
     "renew = PostgresJournal.renew\n"
     "async def slow(self, claims, *, lease):\n"
-    "    if 'heartbeat' in sys._getframe(1).f_code.co_name:\n"
+    "    frame = sys._getframe(1)\n"
+    "    while frame is not None and 'heartbeat' not in frame.f_code.co_name:\n"
+    "        frame = frame.f_back\n"
+    "    if frame is not None:\n"
     "        await asyncio.sleep(delay)\n"
     "    return await renew(self, claims, lease=lease)\n"
     "PostgresJournal.renew = slow\n"

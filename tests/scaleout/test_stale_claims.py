@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from shipping_async.bulk.journal import JobState
@@ -62,6 +63,10 @@ async def test_lapsing_leases_under_a_slow_journal_order_each_reference_once(
         lease=0.5,
         argv=slow_renewals_cli,
     )
+    # Some orders and waybills answer a real second late (the window is one real second
+    # at this speed): leases lapse while those requests are on the wire.
+    await _slow_answers(sandbox, "/orders", count=12)
+    await _slow_answers(sandbox, "/orders/*/waybills", count=12)
     workers.start(2)
     try:
         codes = await workers.wait(within=60)
@@ -75,3 +80,16 @@ async def test_lapsing_leases_under_a_slow_journal_order_each_reference_once(
     # The leases did lapse and jobs were claimed again: the race was really run.
     assert any([record.attempts > 1 async for record in journal.records()])
     assert "Traceback" not in workers.logs()
+
+
+async def _slow_answers(sandbox: Sandbox, path: str, *, count: int) -> None:
+    fault = {"method": "POST", "path": path, "kind": "delay", "seconds": SPEED, "count": count}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            f"{sandbox.root}/_sandbox/faults",
+            json=fault,
+            headers={"Authorization": f"Bearer {sandbox.token}"},
+        ) as answer,
+    ):
+        assert answer.status < 300, await answer.text()
