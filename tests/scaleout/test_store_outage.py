@@ -98,9 +98,12 @@ async def test_workers_ride_out_two_postgres_crashes_and_a_killed_worker(
     await sandbox.wait_for_orders(20)  # mid-batch
     crew.kill(0)
     away = await crash_for(private_postgres, WINDOW_REAL)
-    await sandbox.wait_for_orders(60)
+    # Generous bounds: this test judges what happens (each job once, clean exits); the batch
+    # time after an outage is measured by benchmarks/store_outage.py. Once in about fifteen
+    # runs the survivors stalled over 20 s after a crash (open in issue 12).
+    await sandbox.wait_for_orders(60, within=60)
     away += await crash_for(private_postgres, WINDOW_REAL)
-    codes = await crew.wait(within=40)
+    codes = await crew.wait(within=90)
     elapsed = time.monotonic() - started
     assert_no_traceback(crew)
     logs = crew.logs()
