@@ -22,7 +22,8 @@ from shipping_async._estimates import EstimateBook
 from shipping_async._hooks import ClientHooks, Subscribers, observe_call
 from shipping_async._http import RequestOptions, Secret, configure_logging, exchange
 from shipping_async._order_wait import Settle
-from shipping_async._retry import Operation, RetryPolicy, send_with_retries
+from shipping_async._retry import Operation, RetryPolicy
+from shipping_async._send import send_with_retries
 from shipping_async.clock import Clock, ScaledClock, SystemClock
 from shipping_async.errors import ConfigurationError
 from shipping_async.limiter import OrderLimiter, RollingWindowLimiter
@@ -397,7 +398,7 @@ class AsyncShippingClient:
         ``body`` is encoded to JSON once (every re-send carries the same bytes); ``form``
         builds a fresh multipart body per attempt. ``order_limited`` requests hold a
         permit of the order limiter, waiting at most ``max_wait``; the others pass the
-        ``request_rate_limiter``. ``settle``: see :func:`~shipping_async._retry.send_with_retries`.
+        ``request_rate_limiter``. ``settle``: see :func:`~shipping_async._send.send_with_retries`.
         ``raw_sink`` gets the bytes of every answer read (the order ledger keeps them).
         """
         unknown = options.keys() - RequestOptions.__annotations__.keys()

@@ -24,31 +24,24 @@ The rules (kept here and nowhere else):
 backoff (no release since 2022) is only used for its wait generators, in
 :meth:`RetryPolicy.delays`; swapping it for tenacity's ``wait_random_exponential`` touches
 that one method. Every wait goes through the client's :class:`~shipping_async.clock.Clock`.
+
+The decisions are pure and live here; :mod:`shipping_async._send` is the loop that acts on
+them (permits, the order intent, the pause after a 429, the waits).
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import math
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 import aiohttp
 import backoff
 
-from shipping_async._order_wait import (
-    Settle,
-    WaitExpired,
-    acquire_within,
-    finish_abandoned,
-    wait_timeout,
-)
-from shipping_async.clock import Clock
 from shipping_async.errors import (
     APIConnectionError,
     APIError,
@@ -60,7 +53,6 @@ from shipping_async.errors import (
     ShippingError,
     outcome_unknown,
 )
-from shipping_async.limiter import OrderLimiter
 
 __all__ = [
     "Operation",
@@ -71,16 +63,7 @@ __all__ = [
     "never_written",
     "order_intent",
     "parse_retry_after",
-    "send_with_retries",
 ]
-
-T = TypeVar("T")
-
-_log = logging.getLogger("shipping_async")
-
-#: The longest window or wait (real seconds) learned from an answer; a longer one is
-#: refused and logged. The API's own window is 60 s.
-MAX_LEARNED_SECONDS = 3600.0
 
 # aiohttp raises these only from ``connector.connect()``, before the request is written:
 # DNS, refused, TLS handshake, proxy, and the connect timeout. Anything else (a reset,
@@ -298,169 +281,3 @@ def _outcome_unknown(error: APIError, operation: Operation) -> OutcomeUnknownErr
         operation=operation.name,
         customer_reference=operation.customer_reference,
     )
-
-
-async def send_with_retries(
-    attempt: Callable[[], Awaitable[T]],
-    *,
-    operation: Operation,
-    policy: RetryPolicy,
-    clock: Clock,
-    limiter: OrderLimiter | None = None,
-    max_wait: float | None = None,
-    settle: Settle | None = None,
-    before_send: Callable[[float], Awaitable[None]] | None = None,
-) -> T:
-    """Run ``attempt`` until it succeeds or :func:`decide` says to raise.
-
-    With a ``limiter``, every attempt holds a permit; it is released with ``sent=False``
-    only when the request never left (or the task was cancelled before sending).
-    ``max_wait`` bounds the time spent waiting for permits (the first and any after a
-    429) on ``clock``: past it, :class:`~shipping_async.errors.OrderWaitTimeoutError`.
-    With ``settle``, a caller cancelled while its request may be on the wire does not
-    abandon it: the answer is read, the permit released accordingly, ``settle`` gets the
-    result (or error), then the ``CancelledError`` goes on. ``before_send(waited)`` runs
-    once a permit is held, with the seconds waited for permits so far; if it raises,
-    the permit goes back unused and its error goes up.
-    """
-    delays = policy.delays()
-    retries = rate_limited = 0
-    front = False
-    started = clock.monotonic()
-    deadline = None if max_wait is None else started + max_wait
-    intent = order_intent.get() if limiter is not None else None
-    while True:
-        permit = None
-        if limiter is not None:
-            try:
-                permit = await acquire_within(limiter, front=front, deadline=deadline, clock=clock)
-            except WaitExpired:
-                assert max_wait is not None
-                raise wait_timeout(
-                    operation.customer_reference,
-                    max_wait=max_wait,
-                    limiter=limiter,
-                    clock=clock,
-                    refused=rate_limited,
-                ) from None
-            if before_send is not None:
-                try:
-                    await before_send(clock.monotonic() - started)
-                except BaseException:
-                    await limiter.release(permit, sent=False)
-                    raise
-        if intent is not None and limiter is not None and permit is not None:
-            try:
-                await intent.granted()
-            except BaseException:
-                await limiter.release(permit, sent=False)
-                raise
-        owned: asyncio.Future[T] | None = None
-        try:
-            if settle is not None and limiter is not None:
-                # Our own task, so that a cancelled caller can leave it running.
-                owned = asyncio.ensure_future(attempt())
-                result = await asyncio.shield(owned)
-            else:
-                result = await attempt()
-        except APIError as exc:
-            error: APIError = exc
-        except asyncio.CancelledError:
-            if owned is not None and limiter is not None and permit is not None:
-                assert settle is not None
-                await finish_abandoned(
-                    owned, limiter=limiter, permit=permit, sent=_may_have_arrived, settle=settle
-                )
-            elif limiter is not None and permit is not None:
-                await limiter.release(permit, sent=True)
-            raise
-        except BaseException:
-            # A bug mid-request: the request may have been written.
-            if limiter is not None and permit is not None:
-                await limiter.release(permit, sent=True)
-            raise
-        else:
-            if limiter is not None and permit is not None:
-                await limiter.release(permit, sent=True)
-            return result
-        if limiter is not None and permit is not None:
-            await limiter.release(permit, sent=not never_written(error))
-        if intent is not None and (isinstance(error, RateLimitError) or never_written(error)):
-            await intent.withdrawn()  # proven not created: no intent waits or fails
-        step = decide(
-            error,
-            operation,
-            policy,
-            retries=retries,
-            rate_limited=rate_limited,
-            limited=limiter is not None,
-        )
-        if isinstance(step, ShippingError):
-            if isinstance(step, OutcomeUnknownError):
-                _log.warning("%s", step)
-            raise step
-        # A re-sent order goes to the head of the limiter's queue: it was first in line.
-        front = True
-        if step.pause_limiter and limiter is not None and isinstance(error, RateLimitError):
-            rate_limited += 1
-            # The server states its window and Retry-After in real seconds.
-            window = _learnable(error.window, "window of the 429 text", error)
-            wait = _learnable(step.wait, "Retry-After", error)
-            limit = error.limit if error.limit is not None and error.limit >= 1 else None
-            real_window = clock.from_real(window) if window is not None else None
-            seconds = clock.from_real(wait) if wait is not None else None
-            seconds = seconds if seconds is not None else (real_window or limiter.window)
-            _log.warning(
-                "429 on %s %s (%s); pausing order creation for %.3g s, then re-sending "
-                "(rate-limit retry %d of %d)",
-                operation.method,
-                operation.path,
-                error.error or "no text",
-                seconds,
-                rate_limited,
-                policy.max_rate_limit_retries,
-            )
-            await limiter.pause(seconds, limit=limit, window=real_window)
-            continue
-        retries += 1
-        delay = clock.from_real(step.wait) if step.wait is not None else next(delays)
-        _log.info(
-            "retrying %s %s in %.3g s after %s (retry %d of %d)",
-            operation.method,
-            operation.path,
-            delay,
-            _describe(error),
-            retries,
-            policy.max_retries,
-        )
-        await clock.sleep(delay)
-
-
-def _may_have_arrived(error: BaseException | None) -> bool:
-    return error is None or not never_written(error)
-
-
-def _learnable(seconds: float | None, what: str, error: APIError) -> float | None:
-    """``seconds`` from an answer, or ``None`` (logged) when longer than anyone should wait.
-
-    A 429 text or a Retry-After is the server's word, and a broken or hostile server can
-    say anything: ``1 of 1 in 315360000 seconds`` would pause every order for ten years.
-    """
-    if seconds is None or seconds <= MAX_LEARNED_SECONDS:
-        return seconds
-    _log.warning(
-        "%s %s: refused the %s of %.0f s (over the %.0f s cap); keeping our own",
-        error.method,
-        error.path,
-        what,
-        seconds,
-        MAX_LEARNED_SECONDS,
-    )
-    return None
-
-
-def _describe(error: APIError) -> str:
-    if isinstance(error, APIStatusError):
-        return f"status {error.status}"
-    cause = error.__cause__
-    return type(cause).__name__ if cause is not None else type(error).__name__

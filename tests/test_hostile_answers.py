@@ -26,7 +26,8 @@ from shipping_async import (
     RequestValidationError,
     ShippingError,
 )
-from shipping_async._retry import Operation, RetryPolicy, send_with_retries
+from shipping_async._retry import Operation, RetryPolicy
+from shipping_async._send import send_with_retries
 from shipping_async.clock import ManualClock
 from shipping_async.errors import RateLimitError, error_for_status
 from shipping_async.limiter import RollingWindowLimiter

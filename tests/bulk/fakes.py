@@ -14,7 +14,8 @@ import json
 from collections import Counter
 from typing import Any
 
-from shipping_async._retry import Operation, RetryPolicy, send_with_retries
+from shipping_async._retry import Operation, RetryPolicy
+from shipping_async._send import send_with_retries
 from shipping_async.clock import ManualClock
 from shipping_async.errors import APIError, RateLimitError
 from shipping_async.limiter import RollingWindowLimiter
