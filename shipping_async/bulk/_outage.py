@@ -53,6 +53,13 @@ __all__ = ["IntentUnsettled", "SteadyJournal", "steady", "unreachable"]
 
 _log = logging.getLogger("shipping_async.bulk.journal")
 
+#: Calls beyond the Journal protocol that are safe to repeat, waited out like its reads
+#: when the store has them: the evidence of :mod:`shipping_async.bulk.evidence` (a
+#: repeated recording only counts one delivery more) and the live claims of a worker.
+_REPEATABLE_EXTRAS = frozenset(
+    {"record_order_received", "order_received", "evidence_now", "claimed_by"}
+)
+
 T = TypeVar("T")
 
 #: Backoff between attempts while the store is away (real seconds): first, most.
@@ -117,7 +124,14 @@ class SteadyJournal:
         self._last: BaseException | None = None
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.store, name)
+        found = getattr(self.store, name)  # AttributeError: the store has no such thing
+        if name not in _REPEATABLE_EXTRAS:
+            return found
+
+        async def waiting(*args: Any, **kwargs: Any) -> Any:
+            return await self._until_answered(lambda: found(*args, **kwargs))
+
+        return waiting
 
     @property
     def away(self) -> bool:
@@ -155,8 +169,11 @@ class SteadyJournal:
                 f"--max-store-outage {self.max_outage:g} ({reason})"
             )
 
-    def _back(self) -> None:
-        if self._since is not None:
+    def _back(self, began: float) -> None:
+        """A call begun at ``began`` (``time.monotonic()``) was answered. One begun before
+        the outage started proves nothing (the dying server answered it): the outage, and
+        the closed order gate, last until a call begun since is answered."""
+        if self._since is not None and began >= self._since:
             if self._said:
                 _log.warning(
                     "journal store answers again after %.1f s; work goes on",
@@ -184,6 +201,7 @@ class SteadyJournal:
                 await asyncio.sleep(_MOST_DELAY / 4)  # infrastructure: a cheap look
                 continue
             self._give_up_if_long()
+            began = time.monotonic()
             try:
                 await self.store.get("")  # no such job: one indexed look-up
             except Exception as exc:
@@ -193,7 +211,7 @@ class SteadyJournal:
                 await self._pause(delay)
                 delay = min(delay * 2, _MOST_DELAY)
             else:
-                self._back()
+                self._back(began)
 
     async def _until_answered(
         self,
@@ -206,10 +224,11 @@ class SteadyJournal:
         delay = 0.0  # the first retry at once: a pooled connection may just have been cut
         lost = False
         while True:
+            began = time.monotonic()
             try:
                 result = await attempt()
             except (JournalStateError, LeaseLostError):
-                self._back()
+                self._back(began)
                 if lost and settled is not None:
                     done = await self._until_answered(settled)
                     if done is not None:
@@ -223,7 +242,7 @@ class SteadyJournal:
                 await self._pause(delay)
                 delay = min(max(delay * 2, _FIRST_DELAY), _MOST_DELAY)
                 continue
-            self._back()
+            self._back(began)
             return result
 
     async def _row(self, key: str) -> JobRecord | None:
@@ -245,17 +264,61 @@ class SteadyJournal:
         retry_failed: bool = False,
         exclude: Collection[str] = (),
     ) -> list[JobRecord]:
-        return await self._until_answered(
-            lambda: self.store.claim(
-                worker_id,
-                lease=lease,
-                limit=limit,
-                keys=keys,
-                account=account,
-                retry_failed=retry_failed,
-                exclude=exclude,
+        # A claim whose connection died may have committed: its jobs are then leased to
+        # this worker under tokens it never heard of, and would wait out their lease.
+        # After a lost attempt they are read back (``claimed_by``) and adopted.
+        lost = False
+        adopted: list[JobRecord] = []
+
+        async def attempt() -> list[JobRecord]:
+            nonlocal lost, adopted
+            if lost:
+                adopted = await self._claimed_by(
+                    worker_id, limit=limit, keys=keys, account=account, exclude=exclude
+                )
+            lost = True  # until this attempt is answered
+            fresh: list[JobRecord] = []
+            if limit > len(adopted):
+                fresh = await self.store.claim(
+                    worker_id,
+                    lease=lease,
+                    limit=limit - len(adopted),
+                    keys=keys,
+                    account=account,
+                    retry_failed=retry_failed,
+                    exclude=[*exclude, *(record.key for record in adopted)],
+                )
+            lost = False
+            return [*adopted, *fresh]
+
+        claimed = await self._until_answered(attempt)
+        if adopted:
+            _log.info(
+                "took back %d job(s) a claim had leased as its connection was lost: %s",
+                len(adopted),
+                ", ".join(record.key for record in adopted[:5]),
             )
+        return claimed
+
+    async def _claimed_by(
+        self,
+        worker_id: str,
+        *,
+        limit: int,
+        keys: Sequence[str] | None,
+        account: str | None,
+        exclude: Collection[str],
+    ) -> list[JobRecord]:
+        """The store's live claims of ``worker_id`` outside ``exclude`` (none when the
+        store cannot list them)."""
+        claimed_by: Callable[..., Awaitable[list[JobRecord]]] | None
+        claimed_by = getattr(self.store, "claimed_by", None)
+        if claimed_by is None:
+            return []
+        found: list[JobRecord] = await claimed_by(
+            worker_id, limit=limit, keys=keys, account=account, exclude=exclude
         )
+        return found
 
     async def renew(self, claims: Mapping[str, str], *, lease: float) -> set[str]:
         return await self._until_answered(lambda: self.store.renew(claims, lease=lease))
@@ -270,6 +333,7 @@ class SteadyJournal:
     ) -> JobRecord:
         if self.away:  # the gate admitted this job just before the store went
             raise IntentUnsettled(f"job {key!r}: the journal store is away; nothing was sent")
+        began = time.monotonic()
         try:
             record = await self.store.begin_order(
                 token, key, quote_id=quote_id, estimate_id=estimate_id
@@ -282,7 +346,7 @@ class SteadyJournal:
                 f"job {key!r}: the connection was lost while writing the order intent; "
                 "nothing was sent"
             ) from None
-        self._back()
+        self._back(began)
         return record
 
     async def withdraw_order(self, token: str, key: str) -> JobRecord:
@@ -327,8 +391,37 @@ class SteadyJournal:
     async def get(self, key: str) -> JobRecord | None:
         return await self._until_answered(lambda: self.store.get(key))
 
-    def records(self, *, states: Collection[JobState] | None = None) -> AsyncIterator[JobRecord]:
-        return self.store.records(states=states)
+    async def records(
+        self, *, states: Collection[JobState] | None = None
+    ) -> AsyncIterator[JobRecord]:
+        """The store's records; a listing cut by a lost connection goes on where it was
+        (each record once) when the store answers again."""
+        seen: set[str] = set()  # keys yielded, when a filter lets rows move in and out
+        yielded = 0  # unfiltered, the listing's order (by insertion) is stable
+        delay = 0.0
+        while True:
+            skip = yielded if states is None else 0
+            began = time.monotonic()
+            try:
+                async for record in self.store.records(states=states):
+                    if skip:
+                        skip -= 1
+                        continue
+                    if states is not None:
+                        if record.key in seen:
+                            continue
+                        seen.add(record.key)
+                    yielded += 1
+                    yield record
+            except Exception as exc:
+                if not unreachable(exc):
+                    raise
+                self._went(exc)
+                await self._pause(delay)
+                delay = min(max(delay * 2, _FIRST_DELAY), _MOST_DELAY)
+                continue
+            self._back(began)
+            return
 
     async def order_intent_ages(self, *, within: float, account: str | None = None) -> list[float]:
         return await self._until_answered(

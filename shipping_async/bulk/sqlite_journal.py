@@ -179,6 +179,39 @@ class SQLiteJournal(JournalStore):
 
         return await self._write(take)
 
+    async def claimed_by(
+        self,
+        worker_id: str,
+        *,
+        limit: int,
+        keys: Sequence[str] | None = None,
+        account: str | None = None,
+        exclude: Collection[str] = (),
+    ) -> list[JobRecord]:
+        """Workable jobs leased to ``worker_id`` whose lease is live, outside ``exclude``
+        (as :meth:`PostgresJournal.claimed_by <shipping_async.scaleout.PostgresJournal>`)."""
+        now = self._clock.now().timestamp()
+        wanted = None if keys is None else set(keys)
+        left_out = set(exclude)
+
+        def read(db: sqlite3.Connection) -> list[JobRecord]:
+            states = [state.value for state in WORKABLE_STATES]
+            rows = db.execute(
+                f"SELECT {COLUMNS} FROM jobs WHERE lease_owner = ? AND claim_token IS NOT NULL "
+                f"AND lease_until > ? AND state IN ({placeholders(states)}) ORDER BY seq",
+                [worker_id, now, *states],
+            )
+            found = (to_record(row) for row in rows)
+            return [
+                record
+                for record in found
+                if (account is None or record.account == account)
+                and (wanted is None or record.key in wanted)
+                and record.key not in left_out
+            ][:limit]
+
+        return await self._read(read)
+
     async def renew(self, claims: Mapping[str, str], *, lease: float) -> set[str]:
         now = self._clock.now()
         pairs = list(claims.items())

@@ -398,6 +398,33 @@ class PostgresJournal(JournalStore):
         )
         return [row["account"] for row in rows]
 
+    async def claimed_by(
+        self,
+        worker_id: str,
+        *,
+        limit: int,
+        keys: Sequence[str] | None = None,
+        account: str | None = None,
+        exclude: Collection[str] = (),
+    ) -> list[JobRecord]:
+        """Workable jobs leased to ``worker_id`` whose lease is live, outside ``exclude``:
+        after a claim's connection died, what it had committed (the outage guard adopts
+        them rather than letting them wait out their lease)."""
+        rows = await self._pool.fetch(
+            f"SELECT {_COLUMNS} FROM {self._jobs} "
+            "WHERE lease_owner = $1 AND claim_token IS NOT NULL AND lease_until > now() "
+            "AND state = ANY($2::text[]) AND ($3::text IS NULL OR account = $3) "
+            "AND ($4::text[] IS NULL OR key = ANY($4)) AND NOT key = ANY($5::text[]) "
+            "ORDER BY seq LIMIT $6",
+            worker_id,
+            _WORKABLE,
+            account,
+            None if keys is None else list(keys),
+            list(exclude),
+            limit,
+        )
+        return [_record(row) for row in rows]
+
     # -- internals -----------------------------------------------------------------------
 
     async def _expire_orders(self, connection: Any, exclude: Collection[str] = ()) -> None:

@@ -10,6 +10,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -178,3 +179,108 @@ async def test_the_watcher_finds_the_store_back_for_callers_parked_at_the_gate(
         await asyncio.wait_for(journal.up.wait(), timeout=2)
     finally:
         watcher.cancel()
+
+
+async def test_a_claim_that_committed_as_its_connection_died_is_taken_back(
+    cutting: Cutting, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Its jobs are leased to this worker under a token it never heard of: rather than
+    # wait out that lease (nobody renews it), the retry reads them back and adopts them.
+    journal = SteadyJournal(cutting)  # type: ignore[arg-type]
+    await cutting.store.add([make_job("J-2")])
+    cutting.after = 1
+    with caplog.at_level(logging.INFO, logger="shipping_async.bulk.journal"):
+        claimed = await journal.claim("w1", lease=60, limit=2)
+    assert [record.key for record in claimed] == ["J-1", "J-2"]
+    for record in claimed:
+        row = await journal.get(record.key)
+        assert row is not None
+        assert row.claim_token == record.claim_token  # the committed claim, not a second
+        assert row.attempts == 1
+    assert "took back 2 job(s)" in caplog.text
+
+
+async def test_jobs_leased_to_others_or_held_are_not_taken_back(cutting: Cutting) -> None:
+    journal = SteadyJournal(cutting)  # type: ignore[arg-type]
+    await cutting.store.add([make_job("J-2"), make_job("J-3")])
+    await journal.claim("w2", lease=60, limit=1, keys=["J-3"])  # another worker's
+    (held,) = await journal.claim("w1", lease=60, limit=1, keys=["J-1"])  # worked on
+    cutting.after = 1
+    claimed = await journal.claim("w1", lease=60, limit=3, exclude=[held.key])
+    assert [record.key for record in claimed] == ["J-2"]
+    assert claimed[0].attempts == 1
+
+
+class CutListing:
+    """A journal whose listing of records is cut once, after ``at`` records."""
+
+    def __init__(self, store: SQLiteJournal, at: int) -> None:
+        self.store = store
+        self.at = at
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    async def records(self, **options: Any) -> AsyncIterator[JobRecord]:
+        async for record in self.store.records(**options):
+            if self.at == 0:
+                self.at = -1
+                raise ConnectionResetError("connection reset by peer")
+            self.at -= 1
+            yield record
+
+
+@pytest.mark.parametrize("states", [None, {JobState.PENDING}])
+async def test_a_listing_cut_by_a_lost_connection_goes_on_where_it_was(
+    cutting: Cutting, states: set[JobState] | None
+) -> None:
+    await cutting.store.add([make_job(f"J-{i}") for i in range(2, 6)])
+    journal = SteadyJournal(CutListing(cutting.store, at=2))  # type: ignore[arg-type]
+    keys = [record.key async for record in journal.records(states=states)]
+    assert keys == ["J-1", "J-2", "J-3", "J-4", "J-5"]
+
+
+async def test_evidence_is_recorded_and_read_across_an_outage(cutting: Cutting) -> None:
+    journal = SteadyJournal(cutting)  # type: ignore[arg-type]
+    cutting.before = 3  # a receiver's write waits the outage out, then counts once
+    assert await journal.record_order_received([41]) == 1
+    cutting.before = 3
+    now = await journal.evidence_now()
+    cutting.before = 3
+    (event,) = await journal.order_received(since=now - timedelta(minutes=1))
+    assert event.order_id == 41
+    assert not journal.away
+
+
+async def test_an_answer_to_a_call_begun_before_the_outage_does_not_end_it(
+    cutting: Cutting, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A crashing server still answers some calls in flight: they prove nothing, and the
+    # order gate stays closed until a call begun since the outage started is answered.
+    answer = asyncio.Event()
+
+    class Slow:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(cutting, name)
+
+        async def counts(self) -> dict[JobState, int]:
+            await answer.wait()
+            return await cutting.store.counts()
+
+    journal = SteadyJournal(Slow())  # type: ignore[arg-type]
+    with caplog.at_level(logging.WARNING, logger="shipping_async.bulk.journal"):
+        early = asyncio.create_task(journal.counts())
+        await asyncio.sleep(0)
+        cutting.before = 10**9
+        waiting = asyncio.create_task(journal.get("J-1"))
+        await asyncio.sleep(0.3)  # tried again and again meanwhile
+        assert "journal store unreachable" in caplog.text
+        answer.set()
+        await early
+        assert journal.away
+        assert not journal.up.is_set()
+        cutting.before = 0
+        assert await waiting is not None
+    assert not journal.away
+    assert caplog.text.count("journal store unreachable") == 1
+    assert caplog.text.count("journal store answers again") == 1
