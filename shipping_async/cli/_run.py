@@ -149,10 +149,34 @@ class _Execution:
             if journal is None:
                 return SETUP
             await stack.enter_async_context(telemetry.watching(journal))
-            if plan.fed:
-                return await self._feed(stack, journal, clock, base_url, environ, telemetry)
-            return await self._drain(stack, journal, clock, base_url, environ, telemetry)
+            try:
+                if plan.fed:
+                    return await self._feed(stack, journal, clock, base_url, environ, telemetry)
+                return await self._drain(stack, journal, clock, base_url, environ, telemetry)
+            except _Failed as failed:
+                return failed.code
+            except Exception as exc:  # the store failed outside the runner (settling, summary)
+                failure = store_failure(exc)
+                if failure is None:
+                    raise
+                return self._store_failed(failure)
         return OK  # pragma: no cover - the stack never swallows
+
+    def _store_failed(self, failure: BaseException) -> int:
+        """Say (one line, no traceback) that the store failed and how to continue; the
+        exit code."""
+        plan = self.plan
+        print(f"error: the journal failed mid-run: {_one_line(failure)}", file=sys.stderr)
+        _log.debug("the journal failed mid-run", exc_info=failure)
+        if plan.fed:
+            print(f"shipments not finished; to continue: {self._resume()}", flush=True)
+        else:
+            print(
+                "jobs not finished; to continue, run a worker again: shipping-async worker "
+                f"--journal {_safe(plan.journal or '')}",
+                flush=True,
+            )
+        return store_failure_code(failure)
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -314,10 +338,7 @@ class _Execution:
                 failure = store_failure(exc)
                 if failure is None:
                     raise
-                print(f"error: the journal failed mid-run: {_one_line(failure)}", file=sys.stderr)
-                _log.debug("the journal failed mid-run", exc_info=True)
-                print(f"shipments not finished; to continue: {self._resume()}", flush=True)
-                return store_failure_code(failure)
+                return self._store_failed(failure)
             if reconciler is None or shipper.stopping or not await self._settled(reconciler):
                 return await self._batch_summary(
                     journal, shipper.stopping, bad, invalid=inputs.failed
@@ -475,12 +496,14 @@ class _Execution:
                 side = asyncio.create_task(reconciler.run_forever(stop, every=POLL))
             try:
                 bad = await self._work(worker, len(keys) if keys is not None else 0)
-            except _Failed as failed:
-                return failed.code
-            finally:
+            except BaseException:
                 stop.set()
-                if side is not None:
-                    await side
+                if side is not None:  # the run's own failure is the one to report
+                    await asyncio.gather(side, return_exceptions=True)
+                raise
+            stop.set()
+            if side is not None:
+                await side  # its store failing (too long away) ends the run like the worker's
             if reconciler is None or worker.stopping:
                 break
             if not await self._settled(reconciler) and not await journal.accounts_with_work(
@@ -537,14 +560,7 @@ class _Execution:
             failure = store_failure(exc)
             if failure is None:
                 raise
-            print(f"error: the journal failed mid-run: {_one_line(failure)}", file=sys.stderr)
-            _log.debug("the journal failed mid-run", exc_info=True)
-            print(
-                "jobs not finished; to continue, run a worker again: shipping-async worker "
-                f"--journal {_safe(plan.journal or '')}",
-                flush=True,
-            )
-            raise _Failed(store_failure_code(failure)) from None
+            raise _Failed(self._store_failed(failure)) from None
 
     async def _report_batch(self, journal: Any, keys: list[str]) -> int:
         """After a bulk run: the input's results from the journal (others may have shipped
