@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 from bisect import bisect_right
@@ -144,6 +145,8 @@ class Workers:
     extra: tuple[str, ...] = ()
     lease: float = 2.0  # real seconds: a killed worker's jobs are taken over 2 s later
     argv: Callable[..., list[str]] = cli
+    #: Each worker serves a webhook of its own and settles unknown orders from evidence.
+    webhooks: bool = False
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def start(self, count: int = 1, *, command: tuple[str, ...] = ("worker",)) -> None:
@@ -168,6 +171,7 @@ class Workers:
                 "--estimate-validity",
                 "600",
                 *self.extra,
+                *(_webhook_options() if self.webhooks else ()),
             )
             with (
                 (self.folder / f"worker{index}.out").open("wb") as out,
@@ -204,6 +208,18 @@ class Workers:
             if process.poll() is None:
                 process.kill()
                 process.wait()
+
+
+def _webhook_options() -> tuple[str, ...]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return (
+        "--webhook-listen",
+        f"127.0.0.1:{port}",
+        "--webhook-url",
+        f"http://127.0.0.1:{port}/hook",
+    )
 
 
 def created(orders: list[dict[str, Any]]) -> Counter[str]:
