@@ -59,8 +59,10 @@ from shipping_async.errors import (
 )
 from shipping_async.ledger import (
     LedgerEntry,
+    LedgerReconciler,
     OrderLedger,
     SQLiteOrderLedger,
+    settle_from_webhooks,
 )
 from shipping_async.limiter import (
     OrderLimiter,
@@ -152,6 +154,7 @@ __all__ = [
     "JobState",
     "Journal",
     "LedgerEntry",
+    "LedgerReconciler",
     "LegMatch",
     "LimiterUnavailableError",
     "LineItem",
@@ -224,4 +227,5 @@ __all__ = [
     "parse_rate_limit",
     "read_jobs",
     "reconcile",
+    "settle_from_webhooks",
 ]

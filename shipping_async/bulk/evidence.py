@@ -21,7 +21,7 @@ import msgspec
 from shipping_async.bulk.journal import Journal
 from shipping_async.models.webhooks import EventType, WebhookEvent
 
-__all__ = ["EvidenceJournal", "OrderEvidence", "order_received_ids"]
+__all__ = ["EvidenceJournal", "EvidenceStore", "OrderEvidence", "order_received_ids"]
 
 ORDER_RECEIVED = "order_received"
 
@@ -32,12 +32,12 @@ class OrderEvidence(msgspec.Struct, frozen=True, kw_only=True):
     order_id: int
     received_at: datetime  # on the store's clock, like JobRecord.order_intent_at
     deliveries: int = 1  # deliveries of order_received for this order (legs, retries)
-    owner: str | None = None  # the key of the job that holds this order id, if any
+    owner: str | None = None  # the key of the job (or ledger entry) that holds this order id
 
 
 @runtime_checkable
-class EvidenceJournal(Journal, Protocol):
-    """A journal that keeps ``order_received`` evidence (both stores of this package)."""
+class EvidenceStore(Protocol):
+    """A store that keeps ``order_received`` evidence: both journals, both order ledgers."""
 
     async def record_order_received(self, order_ids: Sequence[int]) -> int:
         """Record that these orders were announced now; returns how many were new.
@@ -56,6 +56,11 @@ class EvidenceJournal(Journal, Protocol):
     async def evidence_now(self) -> datetime:
         """Now on the store's clock (the clock of ``received_at`` and order intents)."""
         ...
+
+
+@runtime_checkable
+class EvidenceJournal(Journal, EvidenceStore, Protocol):
+    """A journal that keeps ``order_received`` evidence (both stores of this package)."""
 
 
 def order_received_ids(events: Iterable[WebhookEvent]) -> list[int]:

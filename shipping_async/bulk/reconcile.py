@@ -40,7 +40,12 @@ from typing import Protocol
 
 import msgspec
 
-from shipping_async.bulk.evidence import EvidenceJournal, OrderEvidence, order_received_ids
+from shipping_async.bulk.evidence import (
+    EvidenceJournal,
+    EvidenceStore,
+    OrderEvidence,
+    order_received_ids,
+)
 from shipping_async.bulk.journal import JobRecord, JournalStateError
 from shipping_async.clock import Clock, SystemClock
 from shipping_async.errors import NotFoundError, ShippingError
@@ -52,10 +57,12 @@ __all__ = [
     "DELIVERY_TIMEOUT",
     "RETRY_DELAYS",
     "SILENCE_HORIZON",
+    "EvidenceRules",
     "ReconcileReport",
     "Reconciler",
     "Remaining",
     "Settled",
+    "UnknownOrder",
     "describe_evidence",
     "reconcile",
 ]
@@ -114,9 +121,30 @@ class ReconcileReport(msgspec.Struct, kw_only=True):
     remaining: list[Remaining] = msgspec.field(default_factory=list)
 
 
-class Reconciler:
-    """Settles ``UNKNOWN`` jobs of ``journal`` from its ``order_received`` evidence.
+class UnknownOrder(msgspec.Struct, frozen=True, kw_only=True):
+    """What the rules need of one create whose outcome is unknown.
 
+    Its request left between ``sent_from`` and ``sent_by`` (store clock): a journal's
+    order intent is both; an order ledger knows the claim and when the answer was given
+    up on. Candidates are read from ``sent_from - skew``; the horizon (and silence)
+    counts from ``sent_by``. ``sent_by=None``: when (or whether) the request left is not
+    known (a create still claimed, whose process may have stopped): evidence may settle
+    it, silence never proves anything of it (the horizon then counts from ``sent_from``).
+    """
+
+    key: str
+    customer_reference: str
+    sent_from: datetime
+    sent_by: datetime | None
+    account: str = ""
+    quote_id: int | None = None
+
+
+class EvidenceRules:
+    """The rules of the module docstring, for any store of unknown creates and evidence.
+
+    A subclass lists its unknowns (:meth:`_judge_all`) and says how a match settles one
+    (``_settle_found``) and how proven silence frees one (``_settle_silent``).
     ``horizon`` is in API-clock seconds (converted to real seconds with ``clock``, like
     every protocol duration); ``skew`` in real seconds. ``webhook_active``, when given,
     is asked before silence counts (a ``failing`` webhook proves nothing).
@@ -124,7 +152,7 @@ class Reconciler:
 
     def __init__(
         self,
-        journal: EvidenceJournal,
+        evidence: EvidenceStore,
         client: OrderReader,
         *,
         clock: Clock | None = None,
@@ -134,11 +162,9 @@ class Reconciler:
         webhook_active: Callable[[], Awaitable[bool]] | None = None,
         client_for: Callable[[str], OrderReader] | None = None,
     ) -> None:
-        if not isinstance(journal, EvidenceJournal):
-            raise TypeError("journal: keeps no order_received evidence")
         if horizon <= 0 or skew < 0:
             raise ValueError("horizon: must be > 0; skew: must be >= 0")
-        self.journal = journal
+        self.evidence = evidence
         self.client = client
         self.client_for = client_for
         clock = clock or SystemClock()
@@ -148,65 +174,45 @@ class Reconciler:
         self.resend_after_silence = resend_after_silence
         self.webhook_active = webhook_active
         self._references: dict[int, tuple[str | None, int | None]] = {}
+        # Passes started and finished, for :meth:`settle_soon` (one pass at a time).
+        self._started = 0
+        self._finished = 0
+        self._passed = asyncio.Condition()
+        self._wanted = asyncio.Event()
+        self._looping = False
 
     async def record(self, events: Iterable[WebhookEvent]) -> int:
         """Record the ``order_received`` events among ``events``; returns how many were new.
 
         A receiver's handler: durable on return, so answer 200 only after it.
         """
-        return await self.journal.record_order_received(order_received_ids(events))
+        return await self.evidence.record_order_received(order_received_ids(events))
 
     async def run_once(self) -> ReconcileReport:
-        """One pass over every ``UNKNOWN`` job."""
-        report = ReconcileReport()
-        unknown = await self.journal.needs_reconciliation()
-        if not unknown:
-            return report
-        sharing = await self._references_shared([record.key for record in unknown])
-        now = await self.journal.evidence_now()
-        active: bool | None = None
-        for record in unknown:
-            reference = record.job.order.customer_reference
-            if record.order_intent_at is None:
-                report.remaining.append(Remaining(key=record.key, reason="no order intent time"))
-                continue
-            others = sharing.get(reference, set()) - {record.key}
-            if others:
-                reason = (
-                    f"customer_reference {reference!r} is shared with job(s) "
-                    f"{', '.join(sorted(others)[:5])}: evidence cannot tell their orders apart"
-                )
-                report.remaining.append(Remaining(key=record.key, reason=reason))
-                continue
-            outcome = await self._settle(record, now)
-            if isinstance(outcome, Settled):
-                report.settled.append(outcome)
-                continue
-            if outcome.silent:
-                if active is None:
-                    active = await self._webhook_active()
-                if not active:
-                    outcome = Remaining(
-                        key=record.key,
-                        reason=outcome.reason + "; but the webhook is not active: no proof",
-                    )
-                elif self.resend_after_silence:
-                    resent = await self._resend(record, outcome.reason)
-                    if resent is not None:
-                        report.resent.append(resent)
-                    continue
-            report.remaining.append(outcome)
-        return report
+        """One pass over every unknown order of the store."""
+        raise NotImplementedError
 
     async def run_forever(self, stop: asyncio.Event, *, every: float, most: float = 30.0) -> None:
         """Reconcile every ``every`` real seconds until ``stop`` is set; errors are logged.
 
         While passes change nothing and no job waits for evidence (only jobs a person must
         decide, or none), the pause doubles up to ``most`` seconds: each pass reads every
-        job's reference, which a large journal should not pay twice a second.
+        job's reference, which a large journal should not pay twice a second. A
+        :meth:`settle_soon` cuts the pause short.
         """
+        self._looping = True
+        try:
+            await self._loop(stop, every=every, most=most)
+        finally:
+            self._looping = False
+            async with self._passed:
+                self._passed.notify_all()
+
+    async def _loop(self, stop: asyncio.Event, *, every: float, most: float) -> None:
         pause = every
         while not stop.is_set():
+            self._wanted.clear()
+            self._started += 1
             try:
                 report = await self.run_once()
             except (ShippingError, OSError) as exc:
@@ -217,76 +223,124 @@ class Reconciler:
                     _log.info("job %s settled from evidence: %s", settled.key, settled.evidence)
                 busy = report.settled or report.resent or any(r.waiting for r in report.remaining)
                 pause = every if busy else min(pause * 2, max(most, every))
+            finally:
+                self._finished = self._started
+                async with self._passed:
+                    self._passed.notify_all()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), pause)
+                async with asyncio.timeout(pause):
+                    await _first(stop.wait(), self._wanted.wait())
 
-    # -- internals -------------------------------------------------------------------------
+    async def settle_soon(self, *, within: float) -> bool:
+        """Ask :meth:`run_forever` for a pass now and wait (at most ``within`` real
+        seconds) until one that started after this call has finished; whether it did.
 
-    async def _settle(self, record: JobRecord, now: datetime) -> Settled | Remaining:
-        assert record.order_intent_at is not None
-        intent = record.order_intent_at
-        until = intent + self.horizon_real
-        events = await self.journal.order_received(since=intent - self.skew, until=until)
-        candidates = [e for e in events if e.owner is None or e.owner == record.key]
+        Passes never overlap: callers meanwhile share the next one. Without a
+        :meth:`run_forever` running, it returns ``False`` at once.
+        """
+        target = self._started + 1
+        self._wanted.set()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(within), self._passed:
+                await self._passed.wait_for(lambda: self._finished >= target or not self._looping)
+        return self._finished >= target
+
+    # -- the rules ---------------------------------------------------------------------------
+
+    async def _judge_all(
+        self, unknowns: Iterable[UnknownOrder | Remaining], report: ReconcileReport
+    ) -> ReconcileReport:
+        """Settle what the evidence proves of each; ``Remaining`` items pass through."""
+        now = await self.evidence.evidence_now()
+        active: bool | None = None
+        for unknown in unknowns:
+            if isinstance(unknown, Remaining):
+                report.remaining.append(unknown)
+                continue
+            outcome = await self._judge(unknown, now)
+            if isinstance(outcome, OrderEvidence):
+                found = await self._settle_found(unknown, outcome)
+                if isinstance(found, Settled):
+                    report.settled.append(found)
+                else:
+                    report.remaining.append(found)
+                continue
+            if outcome.silent:
+                if active is None:
+                    active = await self._webhook_active()
+                if not active:
+                    outcome = Remaining(
+                        key=unknown.key,
+                        reason=outcome.reason + "; but the webhook is not active: no proof",
+                    )
+                elif self.resend_after_silence:
+                    resent = await self._settle_silent(unknown, outcome.reason)
+                    if resent is not None:
+                        report.resent.append(resent)
+                    continue
+            report.remaining.append(outcome)
+        return report
+
+    async def _settle_found(
+        self, unknown: UnknownOrder, event: OrderEvidence
+    ) -> Settled | Remaining:
+        raise NotImplementedError
+
+    async def _settle_silent(self, unknown: UnknownOrder, reason: str) -> Settled | None:
+        raise NotImplementedError
+
+    async def _judge(self, unknown: UnknownOrder, now: datetime) -> OrderEvidence | Remaining:
+        """The one matching order, or why there is none (``silent``: proven silence)."""
+        sent_by = unknown.sent_from if unknown.sent_by is None else unknown.sent_by
+        until = sent_by + self.horizon_real
+        events = await self.evidence.order_received(
+            since=unknown.sent_from - self.skew, until=until
+        )
+        candidates = [e for e in events if e.owner is None or e.owner == unknown.key]
         matches: list[OrderEvidence] = []
         unread: list[str] = []
         for event in candidates:
             try:
-                found = await self._reference_of(event.order_id, record.account)
+                found = await self._reference_of(event.order_id, unknown.account)
             except ShippingError as exc:
                 unread.append(f"order {event.order_id}: {type(exc).__name__}")
                 continue
-            if found is not None and self._matches(record, *found):
+            if found is not None and self._matches(unknown, *found):
                 matches.append(event)
         if len(matches) == 1:
-            return await self._settled(record, matches[0])
+            return matches[0]
         if len(matches) > 1:
             ids = ", ".join(str(match.order_id) for match in matches)
             reason = f"{len(matches)} orders match customer_reference and quote: {ids}"
-            return Remaining(key=record.key, reason=reason)
+            return Remaining(key=unknown.key, reason=reason)
         if unread:
             reason = "could not read " + "; ".join(unread[:5])
-            return Remaining(key=record.key, reason=reason, waiting=now < until)
-        waited = now - intent
+            return Remaining(key=unknown.key, reason=reason, waiting=now < until)
+        waited = now - sent_by
         if now < until:
             return Remaining(
-                key=record.key,
+                key=unknown.key,
                 waiting=True,
                 reason=f"no matching order_received event yet ({len(candidates)} "
                 f"candidate(s) read), {self._api_seconds(waited):.0f} of "
                 f"{self._api_seconds(self.horizon_real):.0f} s waited",
             )
-        arrived = await self.journal.order_received(since=intent, until=now)
+        arrived = await self.evidence.order_received(since=sent_by, until=now)
         reason = (
             f"no order_received event in {self._api_seconds(waited):.0f} s while "
             f"{len(arrived)} other events arrived"
         )
-        return Remaining(key=record.key, reason=reason, silent=bool(arrived))
+        if unknown.sent_by is None:
+            reason += "; but when its request left is not known: no proof"
+        return Remaining(
+            key=unknown.key, reason=reason, silent=bool(arrived) and unknown.sent_by is not None
+        )
 
     @staticmethod
-    def _matches(record: JobRecord, reference: str | None, quote_id: int | None) -> bool:
-        if reference != record.job.order.customer_reference:
+    def _matches(unknown: UnknownOrder, reference: str | None, quote_id: int | None) -> bool:
+        if reference != unknown.customer_reference:
             return False
-        return record.quote_id is None or quote_id is None or quote_id == record.quote_id
-
-    async def _settled(self, record: JobRecord, event: OrderEvidence) -> Settled | Remaining:
-        evidence = (
-            f"reconciled from evidence: order_received for order {event.order_id} at "
-            f"{event.received_at.isoformat(timespec='seconds')}, customer_reference matched"
-        )
-        try:
-            await self.journal.reconcile(record.key, order_id=event.order_id, evidence=evidence)
-        except JournalStateError as exc:  # settled meanwhile (a late answer, a person)
-            return Remaining(key=record.key, reason=f"settled meanwhile: {exc}")
-        return Settled(key=record.key, order_id=event.order_id, evidence=evidence)
-
-    async def _resend(self, record: JobRecord, reason: str) -> Settled | None:
-        evidence = f"re-sent after silence: {reason}"
-        try:
-            await self.journal.reconcile(record.key, order_id=None, evidence=evidence)
-        except JournalStateError:
-            return None
-        return Settled(key=record.key, order_id=None, evidence=evidence)
+        return unknown.quote_id is None or quote_id is None or quote_id == unknown.quote_id
 
     async def _reference_of(
         self, order_id: int, account: str
@@ -307,6 +361,113 @@ class Reconciler:
         self._references[order_id] = found
         return found
 
+    async def _webhook_active(self) -> bool:
+        if self.webhook_active is None:
+            return True  # the caller vouches for its receiver (documented)
+        try:
+            return await self.webhook_active()
+        except ShippingError as exc:
+            _log.warning("cannot read the webhook's status: %s", exc)
+            return False
+
+    def _api_seconds(self, real: timedelta) -> float:
+        return real.total_seconds() * self._speed
+
+
+async def _first(*waits: Awaitable[object]) -> None:
+    """Wait until the first of ``waits`` is done; cancel the others."""
+    tasks = [asyncio.ensure_future(wait) for wait in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class Reconciler(EvidenceRules):
+    """Settles ``UNKNOWN`` jobs of ``journal`` from its ``order_received`` evidence.
+
+    The options are :class:`EvidenceRules`'.
+    """
+
+    def __init__(
+        self,
+        journal: EvidenceJournal,
+        client: OrderReader,
+        *,
+        clock: Clock | None = None,
+        horizon: float = SILENCE_HORIZON,
+        skew: float = CLOCK_SKEW,
+        resend_after_silence: bool = False,
+        webhook_active: Callable[[], Awaitable[bool]] | None = None,
+        client_for: Callable[[str], OrderReader] | None = None,
+    ) -> None:
+        if not isinstance(journal, EvidenceJournal):
+            raise TypeError("journal: keeps no order_received evidence")
+        super().__init__(
+            journal,
+            client,
+            clock=clock,
+            horizon=horizon,
+            skew=skew,
+            resend_after_silence=resend_after_silence,
+            webhook_active=webhook_active,
+            client_for=client_for,
+        )
+        self.journal = journal
+
+    async def run_once(self) -> ReconcileReport:
+        """One pass over every ``UNKNOWN`` job."""
+        report = ReconcileReport()
+        unknown = await self.journal.needs_reconciliation()
+        if not unknown:
+            return report
+        sharing = await self._references_shared([record.key for record in unknown])
+        return await self._judge_all((self._unknown(record, sharing) for record in unknown), report)
+
+    @staticmethod
+    def _unknown(record: JobRecord, sharing: dict[str, set[str]]) -> UnknownOrder | Remaining:
+        reference = record.job.order.customer_reference
+        if record.order_intent_at is None:
+            return Remaining(key=record.key, reason="no order intent time")
+        others = sharing.get(reference, set()) - {record.key}
+        if others:
+            reason = (
+                f"customer_reference {reference!r} is shared with job(s) "
+                f"{', '.join(sorted(others)[:5])}: evidence cannot tell their orders apart"
+            )
+            return Remaining(key=record.key, reason=reason)
+        return UnknownOrder(
+            key=record.key,
+            customer_reference=reference,
+            sent_from=record.order_intent_at,
+            sent_by=record.order_intent_at,
+            account=record.account,
+            quote_id=record.quote_id,
+        )
+
+    async def _settle_found(
+        self, unknown: UnknownOrder, event: OrderEvidence
+    ) -> Settled | Remaining:
+        evidence = (
+            f"reconciled from evidence: order_received for order {event.order_id} at "
+            f"{event.received_at.isoformat(timespec='seconds')}, customer_reference matched"
+        )
+        try:
+            await self.journal.reconcile(unknown.key, order_id=event.order_id, evidence=evidence)
+        except JournalStateError as exc:  # settled meanwhile (a late answer, a person)
+            return Remaining(key=unknown.key, reason=f"settled meanwhile: {exc}")
+        return Settled(key=unknown.key, order_id=event.order_id, evidence=evidence)
+
+    async def _settle_silent(self, unknown: UnknownOrder, reason: str) -> Settled | None:
+        evidence = f"re-sent after silence: {reason}"
+        try:
+            await self.journal.reconcile(unknown.key, order_id=None, evidence=evidence)
+        except JournalStateError:
+            return None
+        return Settled(key=unknown.key, order_id=None, evidence=evidence)
+
     async def _references_shared(self, keys: list[str]) -> dict[str, set[str]]:
         """customer_reference -> keys of every job with it, for the references of ``keys``."""
         wanted: set[str] = set()
@@ -320,18 +481,6 @@ class Reconciler:
             if reference in wanted:
                 shared[reference].add(key)
         return shared
-
-    async def _webhook_active(self) -> bool:
-        if self.webhook_active is None:
-            return True  # the caller vouches for its receiver (documented)
-        try:
-            return await self.webhook_active()
-        except ShippingError as exc:
-            _log.warning("cannot read the webhook's status: %s", exc)
-            return False
-
-    def _api_seconds(self, real: timedelta) -> float:
-        return real.total_seconds() * self._speed
 
 
 async def describe_evidence(

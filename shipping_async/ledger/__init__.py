@@ -5,8 +5,9 @@ second order. With a ledger on the client (``AsyncShippingClient(order_ledger=..
 ``orders.create`` claims the reference first: a reference already ordered returns that
 order without sending; one whose earlier create has no recorded answer raises
 ``OrderOutcomeUnknownError`` instead of sending again, until ``orders.resolve`` settles
-it. Stores: :class:`SQLiteOrderLedger` (a file), :class:`PostgresOrderLedger` (extra
-``postgres``, imported on first use).
+it, by hand or from webhook evidence (:func:`settle_from_webhooks`, see
+:mod:`shipping_async.ledger.evidence`). Stores: :class:`SQLiteOrderLedger` (a file),
+:class:`PostgresOrderLedger` (extra ``postgres``, imported on first use).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from shipping_async.ledger._base import LedgerEntry, LedgerState, OrderLedger
+from shipping_async.ledger.evidence import LedgerReconciler, settle_from_webhooks
 from shipping_async.ledger.sqlite import SQLiteOrderLedger
 
 if TYPE_CHECKING:
@@ -21,10 +23,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LedgerEntry",
+    "LedgerReconciler",
     "LedgerState",
     "OrderLedger",
     "PostgresOrderLedger",
     "SQLiteOrderLedger",
+    "settle_from_webhooks",
 ]
 
 

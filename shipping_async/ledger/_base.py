@@ -22,7 +22,11 @@ class LedgerEntry(msgspec.Struct, frozen=True, kw_only=True):
     #: The API's answer that created the order (``{"order": {...}}``), when recorded.
     answer: bytes | None = None
     detail: str | None = None
+    #: When the state last changed, on the store's clock (ISO 8601, UTC): for ``unknown``,
+    #: when the create gave up on its answer.
     updated_at: str = ""
+    #: When a create claimed the reference (before its request left), same clock.
+    claimed_at: str = ""
 
     @property
     def resolved(self) -> bool:

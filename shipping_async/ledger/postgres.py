@@ -5,19 +5,30 @@ but is created here, with ``CREATE TABLE IF NOT EXISTS`` under the schema's advi
 lock, apart from the journal's migrations: the two evolve independently. Each step is
 one statement; ``claim`` is an ``INSERT ... ON CONFLICT DO NOTHING``, so of two workers
 claiming one reference at once exactly one wins.
+
+``order_received`` evidence (see :mod:`shipping_async.bulk.evidence`) goes to the table
+``ledger_order_events`` beside it, stamped with the database's ``now()`` like the
+ledger's own times (not the journal's ``order_events``: the two evolve independently).
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, Self
 
 import asyncpg
 
+from shipping_async.bulk.evidence import OrderEvidence
 from shipping_async.ledger._base import LedgerEntry
 
 __all__ = ["PostgresOrderLedger"]
 
-_COLUMNS = "customer_reference, state, order_id, answer, detail, updated_at::text"
+_COLUMNS = (
+    "customer_reference, state, order_id, answer, detail, updated_at::text, "
+    "coalesce(claimed_at, updated_at)::text"
+)
 
 
 def _entry(row: Any) -> LedgerEntry | None:
@@ -30,6 +41,7 @@ def _entry(row: Any) -> LedgerEntry | None:
         answer=bytes(row[3]) if row[3] is not None else None,
         detail=row[4],
         updated_at=row[5],
+        claimed_at=row[6],
     )
 
 
@@ -43,11 +55,12 @@ class PostgresOrderLedger:
     >>> ledger = await PostgresOrderLedger.open("postgresql://db/shipping")  # doctest: +SKIP
     """
 
-    __slots__ = ("_owned", "_pool", "_table")
+    __slots__ = ("_events", "_owned", "_pool", "_table")
 
     def __init__(self, pool: asyncpg.Pool, *, schema: str, owned: bool) -> None:
         self._pool = pool
         self._table = f"{_quote_ident(schema)}.order_ledger"
+        self._events = f"{_quote_ident(schema)}.ledger_order_events"
         self._owned = owned
 
     @classmethod
@@ -73,6 +86,21 @@ class PostgresOrderLedger:
                     )
                     """
                 )
+                # Added with the evidence: a table made before gains the column.
+                for statement in (
+                    "ALTER TABLE {s}.order_ledger ADD COLUMN IF NOT EXISTS claimed_at timestamptz",
+                    "CREATE INDEX IF NOT EXISTS order_ledger_by_order "
+                    "ON {s}.order_ledger (order_id)",
+                    # unresolved() runs every second beside a web app: never a full scan.
+                    "CREATE INDEX IF NOT EXISTS order_ledger_unresolved "
+                    "ON {s}.order_ledger (updated_at) WHERE state != 'ordered'",
+                    "CREATE TABLE IF NOT EXISTS {s}.ledger_order_events (order_id bigint "
+                    "PRIMARY KEY, received_at timestamptz NOT NULL DEFAULT now(), "
+                    "deliveries integer NOT NULL DEFAULT 1)",
+                    "CREATE INDEX IF NOT EXISTS ledger_order_events_by_time "
+                    "ON {s}.ledger_order_events (received_at)",
+                ):
+                    await connection.execute(statement.format(s=_quote_ident(schema)))
         except BaseException:
             if owned:
                 await pool.close()
@@ -83,8 +111,8 @@ class PostgresOrderLedger:
         while True:
             async with self._pool.acquire() as connection:
                 won = await connection.fetchval(
-                    f"INSERT INTO {self._table} (customer_reference, state) "
-                    "VALUES ($1, 'sending') ON CONFLICT (customer_reference) DO NOTHING "
+                    f"INSERT INTO {self._table} (customer_reference, state, claimed_at) "
+                    "VALUES ($1, 'sending', now()) ON CONFLICT (customer_reference) DO NOTHING "
                     "RETURNING true",
                     customer_reference,
                 )
@@ -124,8 +152,8 @@ class PostgresOrderLedger:
             await self.forget(customer_reference)
             return
         await self._pool.execute(
-            f"INSERT INTO {self._table} (customer_reference, state, order_id, answer) "
-            "VALUES ($1, 'ordered', $2, $3) ON CONFLICT (customer_reference) DO UPDATE SET "
+            f"INSERT INTO {self._table} (customer_reference, state, order_id, answer, claimed_at) "
+            "VALUES ($1, 'ordered', $2, $3, now()) ON CONFLICT (customer_reference) DO UPDATE SET "
             "state = 'ordered', order_id = excluded.order_id, answer = excluded.answer, "
             "detail = NULL, updated_at = now()",
             customer_reference,
@@ -146,6 +174,52 @@ class PostgresOrderLedger:
             f"SELECT {_COLUMNS} FROM {self._table} WHERE state != 'ordered' ORDER BY updated_at"
         )
         return [entry for entry in map(_entry, rows) if entry is not None]
+
+    # -- evidence: order_received events (see shipping_async.bulk.evidence) --------------
+
+    async def record_order_received(self, order_ids: Sequence[int]) -> int:
+        """Record ``order_received`` evidence, stamped with the database's ``now()``."""
+        if not order_ids:
+            return 0
+        counted = Counter(order_ids)  # one row per order in one statement
+        rows = await self._pool.fetch(
+            f"INSERT INTO {self._events} AS e (order_id, deliveries) "
+            "SELECT * FROM unnest($1::bigint[], $2::int[]) ON CONFLICT (order_id) "
+            "DO UPDATE SET deliveries = e.deliveries + EXCLUDED.deliveries "
+            "RETURNING (xmax = 0) AS new",
+            list(counted),
+            list(counted.values()),
+        )
+        return sum(1 for row in rows if row["new"])
+
+    async def order_received(
+        self, *, since: datetime, until: datetime | None = None
+    ) -> list[OrderEvidence]:
+        """Evidence first received within ``[since, until]``; the owner is the reference
+        the ledger holds that order for."""
+        rows = await self._pool.fetch(
+            "SELECT e.order_id, e.received_at, e.deliveries, "
+            f"(SELECT customer_reference FROM {self._table} l WHERE l.order_id = e.order_id "
+            f"LIMIT 1) AS owner FROM {self._events} e WHERE e.received_at >= $1 "
+            "AND ($2::timestamptz IS NULL OR e.received_at <= $2) "
+            "ORDER BY e.received_at, e.order_id",
+            since,
+            until,
+        )
+        return [
+            OrderEvidence(
+                order_id=row["order_id"],
+                received_at=row["received_at"],
+                deliveries=row["deliveries"],
+                owner=row["owner"],
+            )
+            for row in rows
+        ]
+
+    async def evidence_now(self) -> datetime:
+        """The database's ``now()``: the clock of the ledger's stamps and its evidence."""
+        now: datetime = await self._pool.fetchval("SELECT now()")
+        return now
 
     async def aclose(self) -> None:
         """Close the pool if this ledger made it."""

@@ -5,17 +5,23 @@ exclusively by its run). Unlike the journal, the file is opened in normal lockin
 that every worker process of a web app can use it; each step is one short ``BEGIN
 IMMEDIATE`` transaction, the writers queue on SQLite's lock (``busy_timeout``). stdlib
 ``sqlite3`` runs on one thread of the ledger's own, so the event loop never blocks.
+
+The file also keeps ``order_received`` evidence (table ``ledger_order_events``, see
+:mod:`shipping_async.bulk.evidence`), stamped on the host's wall clock like the ledger's
+own times, so that :mod:`shipping_async.ledger.evidence` settles unresolved references.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
+from shipping_async.bulk.evidence import OrderEvidence
 from shipping_async.ledger._base import LedgerEntry
 
 __all__ = ["SQLiteOrderLedger"]
@@ -29,17 +35,32 @@ CREATE TABLE IF NOT EXISTS order_ledger (
     order_id INTEGER,
     answer BLOB,
     detail TEXT,
-    updated_at TEXT NOT NULL
+    updated_at TEXT NOT NULL,
+    claimed_at TEXT
 )
 """
+# Ledgers made before the evidence came have no claimed_at: added, filled from updated_at.
+_MIGRATE = (
+    "ALTER TABLE order_ledger ADD COLUMN claimed_at TEXT",
+    "UPDATE order_ledger SET claimed_at = updated_at WHERE claimed_at IS NULL",
+)
+_EVIDENCE_SCHEMA = (
+    "CREATE INDEX IF NOT EXISTS order_ledger_by_order ON order_ledger (order_id)",
+    # unresolved() runs every second beside a web app: never a scan of every order.
+    "CREATE INDEX IF NOT EXISTS order_ledger_unresolved ON order_ledger (updated_at) "
+    "WHERE state != 'ordered'",
+    "CREATE TABLE IF NOT EXISTS ledger_order_events (order_id INTEGER PRIMARY KEY, "
+    "received_at TEXT NOT NULL, deliveries INTEGER NOT NULL DEFAULT 1)",
+    "CREATE INDEX IF NOT EXISTS ledger_order_events_by_time ON ledger_order_events (received_at)",
+)
 _NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
-_COLUMNS = "customer_reference, state, order_id, answer, detail, updated_at"
+_COLUMNS = "customer_reference, state, order_id, answer, detail, updated_at, claimed_at"
 
 
 def _entry(row: tuple[Any, ...] | None) -> LedgerEntry | None:
     if row is None:
         return None
-    reference, state, order_id, answer, detail, updated_at = row
+    reference, state, order_id, answer, detail, updated_at, claimed_at = row
     return LedgerEntry(
         customer_reference=reference,
         state=state,
@@ -47,7 +68,14 @@ def _entry(row: tuple[Any, ...] | None) -> LedgerEntry | None:
         answer=bytes(answer) if answer is not None else None,
         detail=detail,
         updated_at=updated_at,
+        claimed_at=claimed_at or updated_at,
     )
+
+
+def _stamp(at: datetime) -> str:
+    """``at`` as the ledger's text stamps (UTC, milliseconds), which compare as text."""
+    at = at.astimezone(UTC)
+    return at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}Z"
 
 
 class SQLiteOrderLedger:
@@ -76,6 +104,12 @@ class SQLiteOrderLedger:
             db.execute("PRAGMA journal_mode = WAL")
             db.execute("PRAGMA synchronous = FULL")
             db.execute(_SCHEMA)
+            columns = {row[1] for row in db.execute("PRAGMA table_info(order_ledger)")}
+            if "claimed_at" not in columns:
+                for statement in _MIGRATE:
+                    db.execute(statement)
+            for statement in _EVIDENCE_SCHEMA:
+                db.execute(statement)
             return db
 
         loop = asyncio.get_running_loop()
@@ -105,8 +139,9 @@ class SQLiteOrderLedger:
     async def claim(self, customer_reference: str) -> LedgerEntry | None:
         def claim(db: sqlite3.Connection) -> LedgerEntry | None:
             inserted = db.execute(
-                f"INSERT INTO order_ledger (customer_reference, state, updated_at) "
-                f"VALUES (?, 'sending', {_NOW}) ON CONFLICT (customer_reference) DO NOTHING",
+                f"INSERT INTO order_ledger (customer_reference, state, updated_at, claimed_at) "
+                f"VALUES (?, 'sending', {_NOW}, {_NOW}) "
+                "ON CONFLICT (customer_reference) DO NOTHING",
                 (customer_reference,),
             ).rowcount
             if inserted:
@@ -149,7 +184,7 @@ class SQLiteOrderLedger:
         await self._run(
             lambda db: db.execute(
                 f"INSERT INTO order_ledger ({_COLUMNS}) "
-                f"VALUES (?, 'ordered', ?, ?, NULL, {_NOW}) "
+                f"VALUES (?, 'ordered', ?, ?, NULL, {_NOW}, {_NOW}) "
                 "ON CONFLICT (customer_reference) DO UPDATE SET state = 'ordered', "
                 "order_id = excluded.order_id, answer = excluded.answer, detail = NULL, "
                 "updated_at = excluded.updated_at",
@@ -174,6 +209,58 @@ class SQLiteOrderLedger:
             ).fetchall()
         )
         return [entry for entry in map(_entry, rows) if entry is not None]
+
+    # -- evidence: order_received events (see shipping_async.bulk.evidence) --------------
+
+    async def record_order_received(self, order_ids: Sequence[int]) -> int:
+        """Record ``order_received`` evidence, stamped with the host's wall clock."""
+        if not order_ids:
+            return 0
+
+        def insert(db: sqlite3.Connection) -> int:
+            new = 0
+            for order_id in order_ids:
+                deliveries = db.execute(
+                    f"INSERT INTO ledger_order_events (order_id, received_at) VALUES (?, {_NOW}) "
+                    "ON CONFLICT (order_id) DO UPDATE SET deliveries = deliveries + 1 "
+                    "RETURNING deliveries",
+                    (order_id,),
+                ).fetchone()[0]
+                new += deliveries == 1
+            return new
+
+        return await self._run(insert)
+
+    async def order_received(
+        self, *, since: datetime, until: datetime | None = None
+    ) -> list[OrderEvidence]:
+        """Evidence first received within ``[since, until]``; the owner is the reference
+        the ledger holds that order for."""
+        sql = (
+            "SELECT e.order_id, e.received_at, e.deliveries, (SELECT customer_reference "
+            "FROM order_ledger l WHERE l.order_id = e.order_id LIMIT 1) "
+            "FROM ledger_order_events e WHERE e.received_at >= ?"
+        )
+        params = [_stamp(since)]
+        if until is not None:
+            sql += " AND e.received_at <= ?"
+            params.append(_stamp(until))
+        rows = await self._run(
+            lambda db: db.execute(sql + " ORDER BY e.received_at, e.order_id", params).fetchall()
+        )
+        return [
+            OrderEvidence(
+                order_id=order_id,
+                received_at=datetime.fromisoformat(stamp),
+                deliveries=deliveries,
+                owner=owner,
+            )
+            for order_id, stamp, deliveries, owner in rows
+        ]
+
+    async def evidence_now(self) -> datetime:
+        """The host's wall clock: the clock of the ledger's stamps."""
+        return datetime.now(UTC)
 
     async def aclose(self) -> None:
         """Close the file and the ledger's thread."""

@@ -118,6 +118,11 @@ class WebhookReceiver:
     ``legs`` (see :func:`legs_from`), a repeat is let through as long as fewer deliveries
     of that body were handled than the order has legs holding its value.
 
+    **Recorders.** :meth:`add_recorder` puts a step before the handler (the order ledger's
+    evidence, :func:`~shipping_async.ledger.settle_from_webhooks`): each accepted event
+    goes through the recorders, then the handler, within ``handler_timeout``; a recorder
+    that raises fails the delivery as the handler would (a 500, retried).
+
     **Bounds.** At most ``max_body_size`` + 1 bytes of a body are read, within
     ``body_timeout`` s, ``max_concurrent_reads`` bodies at a time; handlers run at most
     ``max_concurrent_handlers`` at a time and ``max_pending`` deliveries wait for one.
@@ -138,6 +143,7 @@ class WebhookReceiver:
         "_max_pending",
         "_max_reads",
         "_reading",
+        "_recorders",
         "_running",
         "_shutdown_timeout",
         "_tasks",
@@ -178,6 +184,7 @@ class WebhookReceiver:
                 f"the first attempt); use at least {MIN_FRESHNESS_WINDOW}"
             )
         self._handler = handler
+        self._recorders: list[WebhookHandler] = []
         self._token = token
         self._max_body_size = max_body_size
         self._body_timeout = body_timeout
@@ -198,6 +205,18 @@ class WebhookReceiver:
         #: The memory of handled events; ``None`` when ``dedupe_size`` is 0.
         self.dedupe = EventDeduplicator(dedupe_size) if dedupe_size > 0 else None
         self.stats = ReceiverStats()
+
+    def add_recorder(self, recorder: WebhookHandler) -> None:
+        """Run ``recorder(event)`` before the handler for every accepted event, from now on.
+
+        ``recorder`` must be idempotent: a delivery whose handler fails is retried whole.
+        """
+        self._recorders.append(recorder)
+
+    def remove_recorder(self, recorder: WebhookHandler) -> None:
+        """Stop running ``recorder`` (a no-op if it is not there)."""
+        if recorder in self._recorders:
+            self._recorders.remove(recorder)
 
     @property
     def pending(self) -> int:
@@ -311,6 +330,8 @@ class WebhookReceiver:
         self.stats.accepted += 1
         try:
             async with self._limit, asyncio.timeout(self._handler_timeout):
+                for recorder in tuple(self._recorders):
+                    await recorder(event)
                 await self._handler(event)
         except Exception as exc:
             if self.dedupe is not None:

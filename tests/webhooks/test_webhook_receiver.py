@@ -132,6 +132,33 @@ async def test_handler_failure_is_answered_500_and_the_apis_retry_reaches_the_ha
     assert (receiver.stats.handler_errors, receiver.stats.handled) == (1, 1)
 
 
+async def test_a_recorder_runs_before_the_handler_and_its_failure_is_retried_whole(
+    serve: Serve, http: aiohttp.ClientSession, make_body: BodyFactory
+) -> None:
+    order: list[str] = []
+    failures = ["evidence store is down"]
+
+    async def record(event: WebhookEvent) -> None:
+        order.append(f"record {event.object_id}")
+        if failures:
+            raise OSError(failures.pop())
+
+    async def handle(event: WebhookEvent) -> None:
+        order.append(f"handle {event.object_id}")
+
+    url, receiver = await started(serve, handle)  # type: ignore[arg-type]
+    receiver.add_recorder(record)
+
+    first = await post(http, url, make_body(object_id=21))
+    retry = await post(http, url, make_body(object_id=21))
+    receiver.remove_recorder(record)
+    later = await post(http, url, make_body(object_id=22))
+
+    assert (first[0], retry) == (500, (200, "handled"))  # not handled: the API retries
+    assert later == (200, "handled")
+    assert order == ["record 21", "record 21", "handle 21", "handle 22"]
+
+
 async def test_handler_running_past_its_timeout_is_answered_500_and_retried(
     serve: Serve, http: aiohttp.ClientSession, make_body: BodyFactory
 ) -> None:
