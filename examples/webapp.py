@@ -11,7 +11,12 @@ What it shows (README, "Inside a web app"):
   wait is longer than the app will wait, and bounds the wait with ``max_wait``;
 - the order ledger makes ``customer_reference`` an idempotency key: a client retrying
   after a lost answer gets the same order back, never a second one;
-- ``POST /shipments/{reference}/resolve``: the one call that settles an unknown outcome;
+- ``POST /shipments/{reference}/resolve``: the one call that settles an unknown outcome
+  by hand;
+- with ``WEBAPP_WEBHOOK_URL`` (the public URL of ``POST /webhooks``), the app owns a
+  webhook: ``settle_from_webhooks`` makes its receiver feed ``order_received`` evidence
+  into the ledger, so an unknown outcome settles itself and the caller's retry gets the
+  order; every event (each hub leg's too) reaches ``on_event``;
 - a cancelled request (the browser went away, a proxy timed out) never leaves the app
   guessing: ``on_cancelled_order`` hears what became of the order.
 """
@@ -21,12 +26,13 @@ from __future__ import annotations
 import logging
 import math
 import os
+from collections import deque
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from decimal import Decimal
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
@@ -43,13 +49,17 @@ from shipping_async import (
     RateLimitError,
     RequestValidationError,
     SQLiteOrderLedger,
+    settle_from_webhooks,
 )
+from shipping_async.webhooks import WebhookEvent, WebhookReceiver, ensure_webhook, legs_from
 
 log = logging.getLogger("webapp")
 
 #: Seconds (of the client's clock) a request may wait for an order permit.
 MAX_WAIT = float(os.environ.get("WEBAPP_MAX_WAIT", "20"))
 LEDGER = os.environ.get("WEBAPP_ORDER_LEDGER", "orders.ledger")
+#: The public URL of this app's ``POST /webhooks`` (unset: no webhook, settle by hand).
+WEBHOOK_URL = os.environ.get("WEBAPP_WEBHOOK_URL")
 
 
 class Place(BaseModel):
@@ -75,6 +85,7 @@ class ShipmentIn(BaseModel):
     currency: str = "USD"
     contents: str = "goods"
     pickup_instructions: str = ""
+    hub_transit: bool = False
 
 
 class Resolution(BaseModel):
@@ -84,16 +95,40 @@ class Resolution(BaseModel):
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     cancelled: list[CancelledOrder] = []
-    ledger = await SQLiteOrderLedger.open(LEDGER)
-    try:
-        async with AsyncShippingClient(
-            max_wait=MAX_WAIT, order_ledger=ledger, on_cancelled_order=cancelled.append
-        ) as client:
-            app.state.client = client
-            app.state.cancelled = cancelled
-            yield
-    finally:
-        await ledger.aclose()
+    events: deque[WebhookEvent] = deque(maxlen=10_000)
+
+    async def on_event(event: WebhookEvent) -> None:
+        """The app's own work for an event (raise to have the API deliver it again)."""
+        events.append(event)
+
+    async with AsyncExitStack() as stack:
+        ledger = await SQLiteOrderLedger.open(LEDGER)
+        stack.push_async_callback(ledger.aclose)
+        client = await stack.enter_async_context(
+            AsyncShippingClient(
+                max_wait=MAX_WAIT, order_ledger=ledger, on_cancelled_order=cancelled.append
+            )
+        )
+        app.state.client = client
+        app.state.cancelled = cancelled
+        app.state.events = events
+        app.state.receiver = None
+        if WEBHOOK_URL:
+            known = os.environ.get("WEBAPP_WEBHOOK_ID")  # reuse it across restarts
+            webhook = await ensure_webhook(
+                client,
+                WEBHOOK_URL,
+                ["shipment.updated.status"],
+                webhook_id=int(known) if known else None,
+            )
+            receiver = WebhookReceiver(on_event, token=webhook.token, legs=legs_from(client))
+            stack.push_async_callback(receiver.close)
+            # The one call: the ledger's unknowns settle from this receiver's evidence.
+            await stack.enter_async_context(
+                settle_from_webhooks(client, receiver, webhook_id=webhook.id)
+            )
+            app.state.receiver = receiver
+        yield
 
 
 app = FastAPI(lifespan=lifespan)
@@ -167,6 +202,7 @@ async def _order(client: AsyncShippingClient, shipment: ShipmentIn) -> Any:
                 mass_unit="kg",
                 distance_unit="cm",
                 packages=[Package(**parcel.model_dump()) for parcel in shipment.parcels],
+                hub_transit=shipment.hub_transit,
             )
         )
         estimate = quote.cheapest(shipment.currency)
@@ -190,6 +226,17 @@ async def _order(client: AsyncShippingClient, shipment: ShipmentIn) -> Any:
         max_wait=MAX_WAIT,
         expected_wait=None,
     )
+
+
+@app.post("/webhooks")
+async def webhooks(request: Request) -> Response:
+    """The API's deliveries: answered only after the ledger and ``on_event`` had them."""
+    receiver: WebhookReceiver | None = request.app.state.receiver
+    if receiver is None:
+        return Response("no webhook configured", status_code=404)
+    answer = await receiver.receive(request.stream(), request.headers)
+    headers = {"Connection": "close"} if answer.close else None
+    return Response(answer.text, status_code=answer.status, headers=headers)
 
 
 @app.post("/shipments/{reference}/resolve")

@@ -2,7 +2,9 @@
 
 Judged by the sandbox's own request log and order list, never by the SDK's view: no
 duplicate order for any customer_reference; every cancelled create either never reached
-the server or was recorded with its order id (or as unknown); nothing on stderr.
+the server or was recorded with its order id (or as unknown); a lost answer settles from
+the webhook and its retry sends nothing; every hub leg's event reaches the app's
+handler; nothing on stderr.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import socket
 import sys
 import time
 from collections import Counter
@@ -20,6 +23,7 @@ from typing import Any
 
 import httpx
 import pytest
+from aiohttp import web
 from resources.support import order_request, quote_request
 
 from shipping_async import AsyncShippingClient, CancelledOrder, SQLiteOrderLedger
@@ -28,11 +32,13 @@ from shipping_async.sandbox import SandboxServer
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 SPEED = 100.0
 
-pytestmark = pytest.mark.shipping_sandbox(speed=SPEED, seed=16)
+# The API's delivery timeout, 1 real s at speed 100: a loaded machine's receiver meets it.
+pytestmark = pytest.mark.shipping_sandbox(speed=SPEED, seed=16, delivery_timeout=100)
 
 
-def shipment(reference: str) -> dict[str, Any]:
+def shipment(reference: str, *, hub: bool = False) -> dict[str, Any]:
     return {
+        "hub_transit": hub,
         "customer_reference": reference,
         "sender": {"name": "Desk", "address_1": "1 Harbor", "city": "Oakland", "country_id": 840},
         "recipient": {"name": "Lena", "address_1": "Torstr 1", "city": "Berlin", "country_id": 276},
@@ -56,13 +62,54 @@ class WebApp:
     def cancelled(self) -> list[CancelledOrder]:
         return list(self.module.app.state.cancelled)
 
-    async def ship(self, reference: str) -> httpx.Response:
-        return await self.http.post("/shipments", json=shipment(reference))
+    @property
+    def events(self) -> list[Any]:
+        return list(self.module.app.state.events)
+
+    async def ship(self, reference: str, *, hub: bool = False) -> httpx.Response:
+        return await self.http.post("/shipments", json=shipment(reference, hub=hub))
 
 
-async def _start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_wait: float) -> Any:
+class Bridge:
+    """The app's ``POST /webhooks`` on a loopback port, so that the sandbox's deliveries
+    reach the app, which itself runs in process behind ASGITransport."""
+
+    def __init__(self) -> None:
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}/webhooks"
+        self._runner: web.AppRunner | None = None
+
+    async def start(self, http: httpx.AsyncClient) -> None:
+        async def forward(request: web.Request) -> web.Response:
+            headers = {"content-type": request.headers.get("content-type", "application/json")}
+            answer = await http.post("/webhooks", content=await request.read(), headers=headers)
+            return web.Response(status=answer.status_code, text=answer.text)
+
+        app = web.Application()
+        app.router.add_post("/webhooks", forward)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.SockSite(self._runner, self._sock).start()
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        self._sock.close()
+
+
+async def _start(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    max_wait: float,
+    webhook_url: str | None = None,
+) -> Any:
     monkeypatch.setenv("WEBAPP_ORDER_LEDGER", str(tmp_path / "orders.ledger"))
     monkeypatch.setenv("WEBAPP_MAX_WAIT", str(max_wait))
+    if webhook_url is not None:
+        monkeypatch.setenv("WEBAPP_WEBHOOK_URL", webhook_url)
+    else:
+        monkeypatch.delenv("WEBAPP_WEBHOOK_URL", raising=False)
     spec = importlib.util.spec_from_file_location("webapp_example", EXAMPLES / "webapp.py")
     assert spec is not None
     assert spec.loader is not None
@@ -82,6 +129,23 @@ async def webapp(
         transport = httpx.ASGITransport(app=module.app)
         async with httpx.AsyncClient(transport=transport, base_url="http://webapp") as http:
             yield WebApp(module, http)
+
+
+@pytest.fixture
+async def webapp_with_webhook(
+    shipping_sandbox: SandboxServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[WebApp]:
+    """The app with its own webhook (``WEBAPP_WEBHOOK_URL``), delivered to by the sandbox."""
+    bridge = Bridge()
+    module = await _start(tmp_path, monkeypatch, max_wait=600, webhook_url=bridge.url)
+    transport = httpx.ASGITransport(app=module.app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://webapp") as http:
+        await bridge.start(http)
+        try:
+            async with module.app.router.lifespan_context(module.app):
+                yield WebApp(module, http)
+        finally:
+            await bridge.close()
 
 
 def posts(sandbox: SandboxServer, reference: str) -> list[Any]:
@@ -106,8 +170,11 @@ async def _until(condition: Any, what: str, seconds: float = 5.0) -> None:
 
 
 async def test_fifty_concurrent_ships_with_faults_cancellations_and_retries_never_duplicate(
-    webapp: WebApp, shipping_sandbox: SandboxServer, capfd: pytest.CaptureFixture[str]
+    webapp_with_webhook: WebApp,
+    shipping_sandbox: SandboxServer,
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
+    webapp = webapp_with_webhook
     sandbox = shipping_sandbox
     control = sandbox.control
     # The first POSTs meet 429s (the SDK pauses and re-sends), then 5xx answers from a
@@ -117,7 +184,8 @@ async def test_fifty_concurrent_ships_with_faults_cancellations_and_retries_neve
     control.add_fault("drop_after", "/orders", method="POST", count=3)
 
     references = [f"W-{n:02d}" for n in range(50)]
-    tasks = {ref: asyncio.create_task(webapp.ship(ref)) for ref in references}
+    hubs = set(references[::10])  # through a hub: two legs, two order_received events
+    tasks = {ref: asyncio.create_task(webapp.ship(ref, hub=ref in hubs)) for ref in references}
 
     # 50 at once, 20 per window: 30 wait in the limiter. Cancel five of those (their
     # browsers went away): nothing may reach the server for them.
@@ -150,21 +218,39 @@ async def test_fifty_concurrent_ships_with_faults_cancellations_and_retries_neve
         with pytest.raises(asyncio.CancelledError):
             await task
 
-    # Lost answers and 5xx: the callers retry with the same reference. The ledger refuses
-    # to send again; the operator resolves from the server's evidence; the retry then
-    # gets the one order.
+    # Lost answers and 5xx: the callers retry with the same reference.
     unknown = [ref for ref, answer in answers.items() if answer.status_code == 502]
     assert len(unknown) == 5, {ref: a.status_code for ref, a in answers.items()}
-    for ref in unknown:
-        again = await webapp.ship(ref)
-        assert again.status_code == 502  # still unresolved: not sent a second time
-        created = [r.order_id for r in posts(sandbox, ref) if r.order_id is not None]
-        resolution = {"order_id": created[0] if created else None}
-        assert (await webapp.http.post(f"/shipments/{ref}/resolve", json=resolution)).is_success
-        answers[ref] = await webapp.ship(ref)
+    created = {ref: [r.order_id for r in posts(sandbox, ref) if r.order_id] for ref in unknown}
+    lost = {ref: ids[0] for ref, ids in created.items() if ids}  # made, answer dropped
+    refused = [ref for ref, ids in created.items() if not ids]  # a gateway's 502
+    assert (len(lost), len(refused)) == (3, 2)
+
+    # A lost answer's order announces itself: once the API had the app's 200 for that
+    # event (the ledger settled from it first), the retry gets the order, sending nothing.
+    def announced() -> bool:
+        done = {r.object_id for r in control.deliveries() if r.result == "delivered"}
+        return set(lost.values()) <= done
+
+    await _until(announced, "the lost orders' order_received deliveries")
+    for ref, order_id in lost.items():
+        sent = len(posts(sandbox, ref))  # 1, or 2 when a 429 came first
+        answers[ref] = await webapp.ship(ref, hub=ref in hubs)
         assert answers[ref].status_code == 201, answers[ref].text
-        if created:
-            assert answers[ref].json()["order_id"] == created[0]
+        assert answers[ref].json()["order_id"] == order_id
+        assert len(posts(sandbox, ref)) == sent  # the retry sent no POST
+    # Nothing announces an order never created: the ledger refuses to send it again
+    # until the operator says no order exists (silence proves it only after the API's
+    # 380 s retry horizon, and frees it only when opted in); the retry then sends.
+    for ref in refused:
+        sent = len(posts(sandbox, ref))
+        again = await webapp.ship(ref, hub=ref in hubs)
+        assert again.status_code == 502  # still unresolved: not sent a second time
+        assert len(posts(sandbox, ref)) == sent
+        resolution = {"order_id": None}
+        assert (await webapp.http.post(f"/shipments/{ref}/resolve", json=resolution)).is_success
+        answers[ref] = await webapp.ship(ref, hub=ref in hubs)
+        assert answers[ref].status_code == 201, answers[ref].text
 
     # Every caller that was answered got its order, 201.
     assert {ref: a.status_code for ref, a in answers.items()} == dict.fromkeys(answers, 201)
@@ -192,6 +278,16 @@ async def test_fifty_concurrent_ships_with_faults_cancellations_and_retries_neve
     # The 429s were absorbed: no caller saw one, and every order went out once.
     statuses = Counter(r.status for r in control.requests(method="POST", path="/orders"))
     assert statuses[429] == 3
+
+    # Every leg's order_received reached the app's handler: both of a hub order's
+    # byte-identical events, each other order's one.
+    legs = {order["id"]: len(order["shipments"]) for order in control.orders()}
+    assert sorted(set(legs.values())) == [1, 2]
+
+    def heard() -> Counter[int]:
+        return Counter(e.object_id for e in webapp.events if e.updated_value == "order_received")
+
+    await _until(lambda: heard() == legs, "every leg's event", seconds=10)
     assert capfd.readouterr().err == ""
 
 
