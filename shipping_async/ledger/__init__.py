@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from shipping_async.ledger._base import LedgerEntry, LedgerState, OrderLedger
+from shipping_async.ledger._base import EvidenceLedger, LedgerEntry, LedgerState, OrderLedger
 from shipping_async.ledger.evidence import LedgerReconciler, settle_from_webhooks
 from shipping_async.ledger.sqlite import SQLiteOrderLedger
 
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from shipping_async.ledger.postgres import PostgresOrderLedger
 
 __all__ = [
+    "EvidenceLedger",
     "LedgerEntry",
     "LedgerReconciler",
     "LedgerState",

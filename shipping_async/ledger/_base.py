@@ -6,7 +6,9 @@ from typing import Literal, Protocol, runtime_checkable
 
 import msgspec
 
-__all__ = ["LedgerEntry", "LedgerState", "OrderLedger"]
+from shipping_async.bulk.evidence import EvidenceStore
+
+__all__ = ["EvidenceLedger", "LedgerEntry", "LedgerState", "OrderLedger"]
 
 #: ``sending``: claimed by a create whose answer is not recorded (in flight, or its
 #: process died); ``ordered``: the order exists; ``unknown``: sent, no usable answer.
@@ -67,3 +69,15 @@ class OrderLedger(Protocol):
     async def unresolved(self) -> list[LedgerEntry]: ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class EvidenceLedger(OrderLedger, EvidenceStore, Protocol):
+    """An order ledger that keeps ``order_received`` evidence (both stores of this package),
+    which :class:`~shipping_async.ledger.LedgerReconciler` settles from."""
+
+    async def free_unknown(self, customer_reference: str, *, updated_at: str) -> bool:
+        """Free the reference only if it is still the ``unknown`` entry stamped
+        ``updated_at`` (the one silence was judged on, not a claim made since); whether
+        it was."""
+        ...

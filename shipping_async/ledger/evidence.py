@@ -31,7 +31,7 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from shipping_async.bulk.evidence import EvidenceStore, OrderEvidence
+from shipping_async.bulk.evidence import OrderEvidence
 from shipping_async.bulk.reconcile import (
     CLOCK_SKEW,
     SILENCE_HORIZON,
@@ -42,7 +42,7 @@ from shipping_async.bulk.reconcile import (
     UnknownOrder,
 )
 from shipping_async.errors import ConfigurationError, RequestValidationError, ShippingError
-from shipping_async.ledger._base import LedgerEntry, OrderLedger
+from shipping_async.ledger._base import EvidenceLedger, LedgerEntry
 from shipping_async.models.webhooks import WebhookEvent, WebhookStatus
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ class LedgerReconciler(EvidenceRules):
         ledger = client.order_ledger
         if ledger is None:
             raise ConfigurationError("settling from evidence needs a client with an order_ledger")
-        if not isinstance(ledger, EvidenceStore):
+        if not isinstance(ledger, EvidenceLedger):
             raise ConfigurationError(
                 f"{type(ledger).__name__} keeps no order_received evidence: use "
                 "SQLiteOrderLedger or PostgresOrderLedger"
@@ -107,13 +107,16 @@ class LedgerReconciler(EvidenceRules):
             resend_after_silence=resend_after_silence,
             webhook_active=active if webhook_id is not None else None,
         )
-        self.ledger: OrderLedger = ledger
+        self.ledger: EvidenceLedger = ledger
+        # The stamp of each unknown entry as judged: silence frees that entry, no later one.
+        self._judged: dict[str, str] = {}
         self._client = client
 
     async def run_once(self) -> ReconcileReport:
         """One pass over every reference the ledger holds unresolved."""
         report = ReconcileReport()
         entries = await self.ledger.unresolved()
+        self._judged.clear()
         if not entries:
             return report
         now = await self.evidence.evidence_now()
@@ -125,6 +128,7 @@ class LedgerReconciler(EvidenceRules):
         if entry.state == "unknown":
             # Sent after the claim, given up on when the state changed.
             sent_by: datetime | None = _at(entry.updated_at)
+            self._judged[reference] = entry.updated_at
         elif now - claimed >= self.horizon_real:
             sent_by = None  # still "sending" long after its claim: its process stopped?
         else:
@@ -150,7 +154,11 @@ class LedgerReconciler(EvidenceRules):
 
     async def _settle_silent(self, unknown: UnknownOrder, reason: str) -> Settled | None:
         reference = unknown.customer_reference
-        await self.ledger.resolve(reference, order_id=None)
+        judged = self._judged.pop(reference, None)
+        # Only the entry judged: another process may have freed it and a create claimed
+        # it again since, whose claim must stand.
+        if judged is None or not await self.ledger.free_unknown(reference, updated_at=judged):
+            return None
         evidence = f"freed after silence (the next create sends): {reason}"
         _log.warning("order ledger: customer_reference %r %s", reference, evidence)
         return Settled(key=reference, order_id=None, evidence=evidence)

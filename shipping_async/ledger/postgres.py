@@ -145,6 +145,15 @@ class PostgresOrderLedger:
             customer_reference,
         )
 
+    async def free_unknown(self, customer_reference: str, *, updated_at: str) -> bool:
+        status: str = await self._pool.execute(
+            f"DELETE FROM {self._table} WHERE customer_reference = $1 AND state = 'unknown' "
+            "AND updated_at::text = $2",
+            customer_reference,
+            updated_at,
+        )
+        return status != "DELETE 0"
+
     async def resolve(
         self, customer_reference: str, *, order_id: int | None, answer: bytes | None = None
     ) -> None:

@@ -175,6 +175,18 @@ class SQLiteOrderLedger:
             )
         )
 
+    async def free_unknown(self, customer_reference: str, *, updated_at: str) -> bool:
+        freed = await self._run(
+            lambda db: (
+                db.execute(
+                    "DELETE FROM order_ledger WHERE customer_reference = ? AND state = 'unknown' "
+                    "AND updated_at = ?",
+                    (customer_reference, updated_at),
+                ).rowcount
+            )
+        )
+        return bool(freed)
+
     async def resolve(
         self, customer_reference: str, *, order_id: int | None, answer: bytes | None = None
     ) -> None:
