@@ -40,6 +40,9 @@ _PREFIX = "shipping_async"
 # window or more when many orders queue for the account's budget).
 _REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _WAIT_BUCKETS = (0.001, 0.01, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+# Most families are per account; the label is bounded (see the module docstring).
+_BY_ACCOUNT = ("account",)
+_Labels = tuple[str, ...]
 
 
 @runtime_checkable
@@ -65,6 +68,33 @@ class MetricsServer:
         self._thread.join(timeout=5)
 
 
+class _Families:
+    """Builds the metric families of one registry: the name prefix and registry in one place."""
+
+    __slots__ = ("_registry",)
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def counter(self, name: str, documentation: str, labels: _Labels = _BY_ACCOUNT) -> Counter:
+        return Counter(f"{_PREFIX}_{name}", documentation, labels, registry=self._registry)
+
+    def gauge(self, name: str, documentation: str, labels: _Labels = _BY_ACCOUNT) -> Gauge:
+        return Gauge(f"{_PREFIX}_{name}", documentation, labels, registry=self._registry)
+
+    def histogram(
+        self,
+        name: str,
+        documentation: str,
+        labels: _Labels = _BY_ACCOUNT,
+        *,
+        buckets: tuple[float, ...],
+    ) -> Histogram:
+        return Histogram(
+            f"{_PREFIX}_{name}", documentation, labels, buckets=buckets, registry=self._registry
+        )
+
+
 class Metrics:
     """The metrics of one process, in their own ``registry`` (a fresh one by default).
 
@@ -75,89 +105,59 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
-        p = _PREFIX
         # The per-request pair lives outside prometheus_client's metric objects: the
         # hot path (see _request_stats).
-        self._requests = RequestStats(p, _REQUEST_BUCKETS)
+        self._requests = RequestStats(_PREFIX, _REQUEST_BUCKETS)
         r.register(self._requests)
-        self.retries = Counter(
-            f"{p}_retries",
+        families = _Families(r)
+        self.retries = families.counter(
+            "retries",
             "Requests re-sent by the client, by the reason of the re-send",
-            ["account", "operation", "reason"],
-            registry=r,
+            ("account", "operation", "reason"),
         )
-        self.rate_limited = Counter(
-            f"{p}_rate_limited",
+        self.rate_limited = families.counter(
+            "rate_limited",
             "429 answers (the account's order budget was used up)",
-            ["account", "operation"],
-            registry=r,
+            ("account", "operation"),
         )
-        self.rate_limit_window = Gauge(
-            f"{p}_rate_limit_window_seconds",
-            "The order window the last 429 stated",
-            ["account"],
-            registry=r,
+        self.rate_limit_window = families.gauge(
+            "rate_limit_window_seconds", "The order window the last 429 stated"
         )
-        self.rate_limit_orders = Gauge(
-            f"{p}_rate_limit_orders",
-            "The orders per window the last 429 stated",
-            ["account"],
-            registry=r,
+        self.rate_limit_orders = families.gauge(
+            "rate_limit_orders", "The orders per window the last 429 stated"
         )
-        self.permits_in_use = Gauge(
-            f"{p}_order_permits_in_use",
-            "Order-limiter permits held by order creations of this process",
-            ["account"],
-            registry=r,
+        self.permits_in_use = families.gauge(
+            "order_permits_in_use", "Order-limiter permits held by order creations of this process"
         )
-        self.permits_waiting = Gauge(
-            f"{p}_order_permits_waiting",
+        self.permits_waiting = families.gauge(
+            "order_permits_waiting",
             "Order creations of this process waiting for an order-limiter permit",
-            ["account"],
-            registry=r,
         )
-        self.permit_wait = Histogram(
-            f"{p}_order_permit_wait_seconds",
+        self.permit_wait = families.histogram(
+            "order_permit_wait_seconds",
             "Time an order creation waited for its order-limiter permit",
-            ["account"],
             buckets=_WAIT_BUCKETS,
-            registry=r,
         )
-        self.pause = Counter(
-            f"{p}_order_pause_seconds",
-            "Seconds of order-limiter pause imposed after 429s",
-            ["account"],
-            registry=r,
+        self.pause = families.counter(
+            "order_pause_seconds", "Seconds of order-limiter pause imposed after 429s"
         )
-        self.outcome_unknown = Counter(
-            f"{p}_outcome_unknown",
+        self.outcome_unknown = families.counter(
+            "outcome_unknown",
             "Requests written without a usable answer (check before re-sending)",
-            ["account", "operation"],
-            registry=r,
+            ("account", "operation"),
         )
-        self.orders_created = Counter(
-            f"{p}_orders_created",
-            "Orders the API confirmed as created",
-            ["account"],
-            registry=r,
+        self.orders_created = families.counter(
+            "orders_created", "Orders the API confirmed as created"
         )
-        self.requotes = Counter(
-            f"{p}_estimates_requoted",
-            "Jobs sent back to quoting because their estimate expired",
-            ["account"],
-            registry=r,
+        self.requotes = families.counter(
+            "estimates_requoted", "Jobs sent back to quoting because their estimate expired"
         )
-        self.jobs = Gauge(
-            f"{p}_jobs",
-            "Jobs in the journal by state (read from the journal)",
-            ["account", "state"],
-            registry=r,
+        self.jobs = families.gauge(
+            "jobs", "Jobs in the journal by state (read from the journal)", ("account", "state")
         )
-        self.unknown_jobs = Gauge(
-            f"{p}_unknown_jobs",
+        self.unknown_jobs = families.gauge(
+            "unknown_jobs",
             "Jobs whose order outcome is unknown: reconcile them (shipping-async status)",
-            ["account"],
-            registry=r,
         )
 
     def client_hooks(self, account: str | None = None) -> ClientHooks:
