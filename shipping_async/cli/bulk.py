@@ -18,20 +18,13 @@ not created and sends it again: use it only after that search.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
 
-from shipping_async.cli._common import (
-    add_rate_options,
-    add_scaleout_options,
-    add_shipping_options,
-    parse_rate,
-    parse_speed,
-)
-from shipping_async.cli._evidence import add_webhook_options, webhook_plan
+from shipping_async.cli._options import add_run_options, run_plan
 from shipping_async.cli._run import SETUP, RunPlan, execute
-from shipping_async.cli._telemetry import add_telemetry_options
 
 __all__ = ["register", "run"]
 
@@ -71,42 +64,30 @@ def register(subparsers: Any) -> None:
         help="declare every still-unknown order as never created and send it again",
     )
     parser.add_argument("--sandbox", action="store_true", help="run against an embedded sandbox")
-    add_rate_options(
+    add_run_options(
         parser,
         speed_help=f"sandbox clock speed (default {DEFAULT_SANDBOX_SPEED:g}); with --base-url: "
         "the external sandbox's speed: every duration of the run is scaled by it",
+        concurrency=64,
+        concurrency_help="shipments in flight (64)",
+        progress="auto",
     )
-    add_shipping_options(
-        parser, concurrency=64, concurrency_help="shipments in flight (64)", progress="auto"
-    )
-    add_scaleout_options(parser)
-    add_telemetry_options(parser)
-    add_webhook_options(parser)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the batch; returns the exit code."""
-    from shipping_async.bulk.choice import parse_choice
-    from shipping_async.scaleout.factory import is_shared_journal
-
     try:
-        choose = parse_choice(args.choose)
-        speed = parse_speed(args, default=DEFAULT_SANDBOX_SPEED if args.sandbox else 1.0)
-        limit, window = _rate(args)
         if args.concurrency < 1 or args.max_in_flight < 1:
             raise ValueError("--concurrency and --max-in-flight must be >= 1")
-        webhook = webhook_plan(args)
-        if args.max_store_outage is not None and args.max_store_outage <= 0:
-            raise ValueError("--max-store-outage must be > 0")
+        plan = _shared_plan(args)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return SETUP
     if not Path(args.input).is_file():
         print(f"error: {args.input}: no such file", file=sys.stderr)
         return SETUP
-    shared = is_shared_journal(args.journal)
-    if shared and (args.sandbox or args.reconcile or args.resend_unknown):
+    if plan.shared and (args.sandbox or args.reconcile or args.resend_unknown):
         print(
             "error: a postgresql:// journal needs an external API (--base-url); settle "
             "unknown orders with shipping-async journal reconcile",
@@ -114,38 +95,18 @@ def run(args: argparse.Namespace) -> int:
         )
         return SETUP
     return execute(
-        RunPlan(
-            command="bulk",
-            args=args,
-            choose=choose,
-            limit=limit,
-            window_real=window,
-            speed=speed,
-            journal=args.journal,
+        dataclasses.replace(
+            plan,
             input=args.input,
-            out=args.out,
-            shared=shared,
             sandbox=args.sandbox,
             resume=args.resume,
-            retry_failed=args.retry_failed,
             reconcile=args.reconcile,
             resend_unknown=args.resend_unknown,
-            base_url=args.base_url,
-            limiter=args.limiter,
-            accounts=args.accounts,
-            lease=args.lease,
-            timeout=args.timeout,
-            max_store_outage=args.max_store_outage,
-            concurrency=args.concurrency,
-            max_in_flight=args.max_in_flight,
-            estimate_validity=args.estimate_validity,
-            webhook=webhook,
-            progress=args.progress,
         )
     )
 
 
-def _rate(args: argparse.Namespace) -> tuple[int, float]:
-    """The order budget ``(limit, window in real seconds)`` the options give."""
-    speed = parse_speed(args, default=DEFAULT_SANDBOX_SPEED if args.sandbox else 1.0)
-    return parse_rate(args, speed=speed)
+def _shared_plan(args: argparse.Namespace) -> RunPlan:
+    """The plan from the options ``bulk`` shares with ``worker``: the embedded sandbox runs
+    :data:`DEFAULT_SANDBOX_SPEED` times faster unless ``--sandbox-speed`` says otherwise."""
+    return run_plan("bulk", args, default_speed=DEFAULT_SANDBOX_SPEED if args.sandbox else 1.0)

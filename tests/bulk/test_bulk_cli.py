@@ -193,4 +193,5 @@ def test_the_rate_budget_follows_the_options(argv: list[str], budget: tuple[int,
     parser = argparse.ArgumentParser()
     bulk.register(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["bulk", "in.csv", *argv])
-    assert bulk._rate(args) == pytest.approx(budget)
+    plan = bulk._shared_plan(args)
+    assert (plan.limit, plan.window_real) == pytest.approx(budget)
