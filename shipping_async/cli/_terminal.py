@@ -4,13 +4,14 @@ A key such as ``"\\x1b[2J"`` would clear the screen and a ``"\\n"`` in an error 
 forge a line of output; :func:`printable` writes every such character as its Python escape
 (``\\x1b``, ``\\n``), so what the terminal shows is what the value holds. Bidirectional
 overrides (U+202A-U+202E, U+2066-U+2069) are escaped too: they reorder what a reader sees.
+:func:`one_line` caps an error to a line; :func:`without_password` hides a URL's password.
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["printable", "rich_text"]
+__all__ = ["one_line", "printable", "rich_text", "without_password"]
 
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
@@ -33,3 +34,19 @@ def rich_text(value: object) -> str:
     from rich.markup import escape
 
     return escape(printable(value))
+
+
+def one_line(exc: BaseException) -> str:
+    """An error for one line of a terminal: its text (or type), escaped and capped."""
+    return printable(str(exc)[:300] or type(exc).__name__)
+
+
+def without_password(url: str) -> str:
+    """A URL without its password, for messages."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.password:
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+        return parts._replace(netloc=netloc).geturl()
+    return url
