@@ -263,6 +263,7 @@ class SteadyJournal:
         account: str | None = None,
         retry_failed: bool = False,
         exclude: Collection[str] = (),
+        accounts: Mapping[str, int] | None = None,
     ) -> list[JobRecord]:
         # A claim whose connection died may have committed: its jobs are then leased to
         # this worker under tokens it never heard of, and would wait out their lease.
@@ -276,6 +277,8 @@ class SteadyJournal:
                 adopted = await self._claimed_by(
                     worker_id, limit=limit, keys=keys, account=account, exclude=exclude
                 )
+                if accounts is not None:  # only the accounts asked for, within their shares
+                    adopted = _within(adopted, accounts)
             lost = True  # until this attempt is answered
             fresh: list[JobRecord] = []
             if limit > len(adopted):
@@ -287,6 +290,7 @@ class SteadyJournal:
                     account=account,
                     retry_failed=retry_failed,
                     exclude=[*exclude, *(record.key for record in adopted)],
+                    accounts=None if accounts is None else _left(accounts, adopted),
                 )
             lost = False
             return [*adopted, *fresh]
@@ -447,6 +451,25 @@ class SteadyJournal:
 
     async def close(self) -> None:
         await self.store.close()
+
+
+def _within(records: list[JobRecord], shares: Mapping[str, int]) -> list[JobRecord]:
+    """``records`` of the accounts in ``shares``, at most each account's share."""
+    taken: dict[str, int] = {}
+    kept: list[JobRecord] = []
+    for record in records:
+        if taken.get(record.account, 0) < shares.get(record.account, 0):
+            taken[record.account] = taken.get(record.account, 0) + 1
+            kept.append(record)
+    return kept
+
+
+def _left(shares: Mapping[str, int], taken: list[JobRecord]) -> dict[str, int]:
+    """``shares`` less the jobs of ``taken`` (accounts whose share is used up dropped)."""
+    left = dict(shares)
+    for record in taken:
+        left[record.account] = left.get(record.account, 0) - 1
+    return {name: share for name, share in left.items() if share > 0}
 
 
 def _describe(exc: BaseException) -> str:

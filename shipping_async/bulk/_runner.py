@@ -141,6 +141,13 @@ class Runner:
         self._fed_run = False  # run(feed), not drain()
         self._feeding = False  # the feed has not returned yet
         self._tasks: asyncio.TaskGroup | None = None
+        #: A drain claims at most this many jobs at once, across accounts (``None``: each
+        #: account up to ``concurrency``): twice the places, so that a job is ready as
+        #: soon as a place frees, and no more, so that memory and leases stay small.
+        self.claim_budget = 2 * max_in_flight if max_in_flight else None
+        self._running: set[asyncio.Task[None]] = set()  # a drain's job tasks
+        self._room = asyncio.Event()  # a drain's job settled: room to claim
+        self._turn = 0  # where the next drain claim starts round the accounts
 
     # -- control ---------------------------------------------------------------------------
 
@@ -248,29 +255,116 @@ class Runner:
                 lane.wake.set()
 
     async def _supervise(self) -> None:
-        """Keep a lane per account with work; return once every lane has ended."""
+        """Drain: claim for every account with work, in one journal call for many jobs and
+        accounts, within the claim budget and fairly between accounts; return once no
+        account has unfinished jobs and no job of this run is being worked on."""
         journal = self.journal
         assert isinstance(journal, DrainableJournal), "drain() needs accounts_with_work()"
         unusable: set[str] = set()  # no client (no token): left to other workers
+        accounts: list[str] = []  # with work, usable
+        dry: set[str] = set()  # short at their last claim: not asked again until listed again
+        listed_at: float | None = None
         while not self.stopping:
-            listed = await journal.accounts_with_work(retry_failed=self.retry_failed)
-            accounts = [account for account in listed if account not in unusable]
-            for account in accounts:
-                try:
-                    self._lane(account)
-                except (ShippingError, ValueError) as exc:  # no token, bad base URL
-                    _log.error("account %r: %s; its jobs are left to other workers", account, exc)
-                    unusable.add(account)
-            running = [lane.task for lane in self._lanes.values() if lane.task and not lane.done]
-            if not running and not set(accounts) - unusable:
-                return
-            # Look again when a lane ends, at the next poll (accounts added meanwhile by a
-            # bulk run), or on stop.
-            await _first(
-                asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED) if running else None,
-                self.clock.sleep(self.poll),
-                self.stop_event.wait(),
-            )
+            if listed_at is None or self.clock.monotonic() - listed_at >= self.poll:
+                listed_at = self.clock.monotonic()
+                listed = await journal.accounts_with_work(retry_failed=self.retry_failed)
+                dry.clear()
+                accounts = []
+                for account in listed:
+                    if account in unusable:
+                        continue
+                    try:
+                        await self._drain_lane(account)
+                    except (ShippingError, ValueError) as exc:  # no token, bad base URL
+                        _log.error(
+                            "account %r: %s; its jobs are left to other workers", account, exc
+                        )
+                        unusable.add(account)
+                        continue
+                    accounts.append(account)
+                if not accounts and not self._running:
+                    break
+            shares = self._shares([account for account in accounts if account not in dry])
+            if shares:
+                await self._claim_shares(shares, dry)
+                continue
+            # Claim again when jobs settled (room), at the next listing (others' leases
+            # run out, accounts added by a bulk run), or on stop: no polling in between.
+            self._room.clear()
+            listing = self.clock.sleep(max(self.poll - (self.clock.monotonic() - listed_at), 0.0))
+            await _first(self._room.wait(), listing, self.stop_event.wait())
+        while self._running:  # stopping or drained: what was started finishes
+            await asyncio.wait(set(self._running))
+
+    def _shares(self, accounts: list[str]) -> dict[str, int]:
+        """How many jobs to claim now for each of ``accounts``: one at a time round the
+        accounts, from where the last claim stopped, within each lane's ``concurrency``
+        and the claim budget. Nothing until a quarter of the budget is free (or nothing
+        is held): claims come in batches, not one per settled job."""
+        held = len(self.claims)
+        if self.claim_budget is None:
+            room = len(accounts) * self.concurrency
+        else:
+            room = self.claim_budget - held
+            if held and room < max(1, self.claim_budget // 4):
+                return {}
+        if not accounts or room <= 0:
+            return {}
+        start = self._turn % len(accounts)
+        order = accounts[start:] + accounts[:start]
+        caps = {name: self.concurrency - len(self._lanes[name].active) for name in order}
+        shares: dict[str, int] = {}
+        last = start
+        while room > 0:
+            given = False
+            for index, name in enumerate(order):
+                if room <= 0:
+                    break
+                if shares.get(name, 0) < caps[name]:
+                    shares[name] = shares.get(name, 0) + 1
+                    room -= 1
+                    given = True
+                    last = start + index
+            if not given:
+                break
+        self._turn = last + 1
+        return shares
+
+    async def _claim_shares(self, shares: dict[str, int], dry: set[str]) -> None:
+        """One claim for many accounts; each job claimed starts at once in its lane."""
+        asked_at = self.clock.monotonic()
+        claimed = await self.journal.claim(
+            self.worker_id,
+            lease=self.lease,
+            limit=sum(shares.values()),
+            accounts=shares,
+            retry_failed=self.retry_failed,
+            exclude=self.claims.keys(),  # one task per job in this process
+        )
+        got: dict[str, int] = {}
+        for record in claimed:
+            got[record.account] = got.get(record.account, 0) + 1
+        dry.update(name for name, share in shares.items() if got.get(name, 0) < share)
+        assert self._tasks is not None
+        for record in claimed:
+            lane = self._lanes[record.account]
+            await lane.places.acquire()  # free: the share was within the lane's room
+            lane.active.add(record.key)
+            self.claims.hold(record, asked_at=asked_at)
+            self.progress.observe(record, lane.client.clock.monotonic())
+            task = self._tasks.create_task(lane._work(record))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def _drain_lane(self, name: str) -> _Lane:
+        """The lane of account ``name`` for a drain (jobs are started in it by the
+        claims of :meth:`_supervise`; it runs no task of its own)."""
+        lane = self._lanes.get(name)
+        if lane is None:
+            lane = _Lane(self, name, None)
+            self._lanes[name] = lane
+            await lane.remember()
+        return lane
 
     def _lane(self, name: str) -> _Lane:
         """The running lane ``name``, started if needed."""
@@ -285,6 +379,7 @@ class Runner:
     async def _settled(self, key: str, result: ShipmentResult | None, why: str = "") -> None:
         """A job's task ended: its result, or (``None``) left unfinished for ``why``."""
         self.claims.drop(key)
+        self._room.set()
         fed = key in self._fed
         self._fed.discard(key)
         if result is None:
@@ -357,12 +452,7 @@ class _Lane:
     async def run(self) -> None:
         """Claim, ship and settle until the lane has nothing left or the runner stops."""
         runner = self.runner
-        if self.name not in runner.remembered:  # a previous process's orders still count
-            runner.remembered.add(self.name)
-            account = None if runner.one_lane else self.name
-            await hold_recent_orders(
-                runner.journal, self.client.order_limiter, self.client.clock, account=account
-            )
+        await self.remember()
         async with asyncio.TaskGroup() as jobs:
             while not runner.stopping:
                 self.wake.clear()
@@ -389,6 +479,16 @@ class _Lane:
         for key in self.wanted:  # handed over, never started
             await runner._settled(key, None, "stopped")
         self.wanted.clear()
+
+    async def remember(self) -> None:
+        """Hold the permits of a previous process's recent orders (once per limiter)."""
+        runner = self.runner
+        if self.name not in runner.remembered:  # a previous process's orders still count
+            runner.remembered.add(self.name)
+            account = None if runner.one_lane else self.name
+            await hold_recent_orders(
+                runner.journal, self.client.order_limiter, self.client.clock, account=account
+            )
 
     async def _free_places(self) -> int:
         """Wait for one free place, then take every other free one."""

@@ -204,14 +204,17 @@ class Journal(Protocol):
         account: str | None = None,
         retry_failed: bool = False,
         exclude: Collection[str] = (),
+        accounts: Mapping[str, int] | None = None,
     ) -> list[JobRecord]:
         """Lease up to ``limit`` workable jobs to ``worker_id`` for ``lease`` seconds.
 
         Workable: in :data:`WORKABLE_STATES` (and ``FAILED`` with ``retryable`` when
         ``retry_failed``), not leased to a live worker. ``keys`` restricts the claim to
         those jobs (a streaming worker claims what it just added); ``account`` to one
-        account's jobs; ``exclude`` leaves out jobs the caller is still working on (one
-        task per job in a process). First, jobs in ``ORDERING`` whose lease expired move
+        account's jobs; ``accounts`` (account -> how many) to at most that many jobs of
+        each account named, in one call (a worker's claim spread fairly over its
+        accounts); ``exclude`` leaves out jobs the caller is still working on (one task
+        per job in a process). First, jobs in ``ORDERING`` whose lease expired move
         to ``UNKNOWN``. Every claimed record carries a new :attr:`~JobRecord.claim_token`.
         Claimed ``FAILED`` jobs come back in their :attr:`~JobRecord.next_stage` with the
         error cleared.

@@ -141,12 +141,16 @@ class SQLiteJournal(JournalStore):
         account: str | None = None,
         retry_failed: bool = False,
         exclude: Collection[str] = (),
+        accounts: Mapping[str, int] | None = None,
     ) -> list[JobRecord]:
         now = self._clock.now()
         left_out = set(exclude)
+        # (account, how many) to pick: one account's share after another, one transaction.
+        shares: list[tuple[str | None, int]] = (
+            [(account, limit)] if accounts is None else list(accounts.items())
+        )
 
-        def take(db: sqlite3.Connection) -> list[JobRecord]:
-            expire_orders(db, now, exclude=left_out)
+        def pick(db: sqlite3.Connection, account: str | None, room: int) -> list[JobRecord]:
             states = [state.value for state in WORKABLE_STATES]
             where = f"(state IN ({placeholders(states)})"
             params: list[Any] = [*states]
@@ -161,8 +165,8 @@ class SQLiteJournal(JournalStore):
             claimed: list[JobRecord] = []
             chunks: list[Sequence[str] | None] = [None] if keys is None else [*key_chunks(keys)]
             for chunk in chunks:
-                room = limit - len(claimed)
-                if room <= 0:
+                left = room - len(claimed)
+                if left <= 0:
                     break
                 sql, args = where, list(params)
                 if chunk is not None:
@@ -170,11 +174,20 @@ class SQLiteJournal(JournalStore):
                     args.extend(chunk)
                 rows = db.execute(
                     f"SELECT {COLUMNS} FROM jobs WHERE {sql} ORDER BY seq LIMIT ?",
-                    [*args, room + len(left_out)],
+                    [*args, left + len(left_out)],
                 ).fetchall()
                 found = [to_record(row) for row in rows]
-                found = [record for record in found if record.key not in left_out][:room]
+                found = [record for record in found if record.key not in left_out][:left]
                 claimed.extend(claim_row(db, record, worker_id, now, lease) for record in found)
+            return claimed
+
+        def take(db: sqlite3.Connection) -> list[JobRecord]:
+            expire_orders(db, now, exclude=left_out)
+            claimed: list[JobRecord] = []
+            for name, share in shares:
+                room = min(share, limit - len(claimed))
+                if room > 0:
+                    claimed.extend(pick(db, name, room))
             return claimed
 
         return await self._write(take)

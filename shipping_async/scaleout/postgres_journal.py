@@ -193,21 +193,36 @@ class PostgresJournal(JournalStore):
         account: str | None = None,
         retry_failed: bool = False,
         exclude: Collection[str] = (),
+        accounts: Mapping[str, int] | None = None,
     ) -> list[JobRecord]:
+        workable = (
+            "(state = ANY($1::text[]) OR ($2 AND state = 'failed' AND retryable)) "
+            "AND (lease_owner IS NULL OR lease_until <= now()) "
+            "AND ($4::text[] IS NULL OR key = ANY($4)) AND NOT key = ANY($8::text[])"
+        )
+        shares: tuple[Any, ...] = ()
+        if accounts is None:
+            picked = (
+                f"SELECT key FROM {self._jobs} WHERE {workable} "
+                "AND ($3::text IS NULL OR account = $3) "
+                "ORDER BY seq LIMIT $5 FOR UPDATE SKIP LOCKED"
+            )
+        else:
+            # Each account's share in one statement: its oldest jobs, through the
+            # (account, seq) index; the total still bounded by the limit.
+            picked = (
+                "SELECT p.key FROM unnest($9::text[], $10::int[]) AS a(account, share) "
+                f"CROSS JOIN LATERAL (SELECT key FROM {self._jobs} "
+                f"WHERE account = a.account AND {workable} "
+                "ORDER BY seq LIMIT a.share FOR UPDATE SKIP LOCKED) AS p "
+                "WHERE $3::text IS NULL LIMIT $5"
+            )
+            shares = (list(accounts), list(accounts.values()))
         async with self._pool.acquire() as connection, connection.transaction():
             await self._expire_orders(connection, exclude)
             rows = await connection.fetch(
                 f"""
-                WITH picked AS (
-                    SELECT key FROM {self._jobs}
-                    WHERE (state = ANY($1::text[]) OR ($2 AND state = 'failed' AND retryable))
-                      AND (lease_owner IS NULL OR lease_until <= now())
-                      AND ($3::text IS NULL OR account = $3)
-                      AND ($4::text[] IS NULL OR key = ANY($4))
-                      AND NOT key = ANY($8::text[])
-                    ORDER BY seq LIMIT $5
-                    FOR UPDATE SKIP LOCKED
-                )
+                WITH picked AS ({picked})
                 UPDATE {self._jobs} AS j SET
                     attempts = j.attempts + 1,
                     lease_owner = $6,
@@ -235,6 +250,7 @@ class PostgresJournal(JournalStore):
                 worker_id,
                 lease / self._speed,
                 list(exclude),
+                *shares,
             )
         return [_record(row) for row in sorted(rows, key=lambda row: row["seq"])]
 
