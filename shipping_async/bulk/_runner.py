@@ -288,6 +288,10 @@ class Runner:
             if shares:
                 await self._claim_shares(shares, dry)
                 continue
+            if not self._running and self._room.is_set():
+                listed_at = None  # the last jobs settled: look at once what is left
+                self._room.clear()
+                continue
             # Claim again when jobs settled (room), at the next listing (others' leases
             # run out, accounts added by a bulk run), or on stop: no polling in between.
             self._room.clear()

@@ -29,6 +29,7 @@ from datetime import datetime
 from typing import Any, Self
 
 import asyncpg
+import msgspec
 
 from shipping_async._cleartext import warn_if_cleartext
 from shipping_async.bulk._journal_store import (
@@ -45,6 +46,7 @@ from shipping_async.bulk._journal_store import (
     reconciled_state,
     wrong_state,
 )
+from shipping_async.bulk._outage import unreachable
 from shipping_async.bulk.evidence import OrderEvidence
 from shipping_async.bulk.jobs import ShipmentJob
 from shipping_async.bulk.journal import (
@@ -57,6 +59,7 @@ from shipping_async.bulk.journal import (
 )
 from shipping_async.clock import Clock
 from shipping_async.scaleout._pg_schema import LATEST_VERSION, migrate, quote_ident
+from shipping_async.scaleout._pg_writes import GroupCommit, encode_items, update_sql, write_item
 
 __all__ = ["PostgresJournal"]
 
@@ -70,6 +73,9 @@ _COLUMNS = (
 )
 _J_COLUMNS = ", ".join(f"j.{column.strip()}" for column in _COLUMNS.split(","))  # claim's alias
 _PAGE = 500
+#: Claimed records kept to answer writes without reading the row back; past this many
+#: (claims never written nor released), the cache starts again and writes read rows.
+_HELD_MAX = 10_000
 _WORKABLE = sorted(state.value for state in WORKABLE_STATES)
 _UNFINISHED = sorted(state.value for state in JobState if state not in FINISHED_STATES)
 #: The pools keep no floor of connections (``min_size=0``): a connection a crash cut is
@@ -123,6 +129,12 @@ class PostgresJournal(JournalStore):
         self._jobs = f"{quote_ident(schema)}.jobs"
         self._events = f"{quote_ident(schema)}.order_events"
         self._closed = False
+        self._update_sql = update_sql(self._jobs)
+        # Writes of many jobs in one statement (not the order intent: see _update).
+        self._writes: GroupCommit[dict[str, Any], Any] = GroupCommit(self._write_many)
+        # The record of each claim this journal handed out, as last written (key ->
+        # record): a write returns only what the store set, the rest is known here.
+        self._held: dict[str, JobRecord] = {}
 
     @classmethod
     async def open(
@@ -252,21 +264,36 @@ class PostgresJournal(JournalStore):
                 list(exclude),
                 *shares,
             )
-        return [_record(row) for row in sorted(rows, key=lambda row: row["seq"])]
+        claimed = [_record(row) for row in sorted(rows, key=lambda row: row["seq"])]
+        if len(self._held) + len(claimed) > _HELD_MAX:
+            self._held.clear()
+        self._held.update((record.key, record) for record in claimed)
+        return claimed
 
     async def renew(self, claims: Mapping[str, str], *, lease: float) -> set[str]:
         # The token alone decides: a lapsed lease nobody claimed since is taken back.
         rows = await self._lease_pool.fetch(
             f"UPDATE {self._jobs} AS j SET lease_until = now() + make_interval(secs => $3) "
             "FROM unnest($1::text[], $2::text[]) AS c(key, token) "
-            "WHERE j.key = c.key AND j.claim_token = c.token RETURNING j.key",
+            "WHERE j.key = c.key AND j.claim_token = c.token RETURNING j.key, j.lease_until",
             list(claims),
             list(claims.values()),
             lease / self._speed,
         )
-        return {row["key"] for row in rows}
+        held = {row["key"]: row["lease_until"] for row in rows}
+        for key in claims:
+            record = self._held.get(key)
+            if record is None:
+                continue
+            if key in held:
+                self._held[key] = msgspec.structs.replace(record, lease_until=held[key])
+            else:
+                del self._held[key]
+        return set(held)
 
     async def release(self, claims: Mapping[str, str]) -> None:
+        for key in claims:
+            self._held.pop(key, None)
         await self._pool.execute(
             f"UPDATE {self._jobs} AS j SET lease_owner = NULL, lease_until = NULL, "
             "claim_token = NULL FROM unnest($1::text[], $2::text[]) AS c(key, token) "
@@ -340,6 +367,7 @@ class PostgresJournal(JournalStore):
     async def close(self) -> None:
         if not self._closed:
             self._closed = True
+            await self._writes.close()
             await self._pool.close()
             if self._lease_pool is not self._pool:
                 await self._lease_pool.close()
@@ -474,30 +502,22 @@ class PostgresJournal(JournalStore):
         keep_lease: bool,
         require: JobState | None = None,
     ) -> JobRecord:
-        items = sorted(fields.items())
-        sets = [f"{name} = ${index}" for index, (name, _) in enumerate(items, start=5)]
-        if not keep_lease:
-            sets.append("lease_owner = NULL, lease_until = NULL, claim_token = NULL")
-        live = ""
+        item = write_item(token, key, state, fields, keep_lease=keep_lease, require=require)
         if state is JobState.ORDERING:
-            sets.append("order_intent_at = now()")
-            live = " AND lease_until > now()"
-        # One statement: the token check, the state check and the write are atomic.
-        row = await self._pool.fetchrow(
-            f"UPDATE {self._jobs} SET state = $3, updated_at = now()"
-            + "".join(f", {item}" for item in sets)
-            + " WHERE key = $1 AND claim_token = $2"
-            + live
-            + " AND ($4::text IS NULL OR state = $4)"
-            + f" RETURNING {_COLUMNS}",
-            key,
-            token,
-            state.value,
-            None if require is None else require.value,
-            *(value for _, value in items),
-        )
-        if row is not None:
-            return _record(row)
+            # The order intent goes alone and at once: its send follows its commit.
+            (outcome,) = await self._write_many([item])
+        else:
+            outcome = await self._writes.submit(item)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        if outcome is not None:
+            record = self._written(token, key, state, fields, keep_lease, outcome)
+            if record is not None:
+                return record
+            current = await self.get(key)  # written, but not a claim this journal made
+            if current is not None:
+                return current
+        self._held.pop(key, None)
         current = await self.get(key)
         if current is None:
             raise no_such_job(key)
@@ -506,6 +526,48 @@ class PostgresJournal(JournalStore):
         if require is not None and current.state is not require:
             raise wrong_state(key, current.state, state, require)
         raise lease_lapsed(key)
+
+    async def _write_many(self, items: list[dict[str, Any]]) -> list[Any]:
+        """Each item's written row (``None``: refused), in one statement; when that fails
+        for a reason of the data, each item alone (the error to its own caller)."""
+        try:
+            rows = await self._pool.fetch(self._update_sql, encode_items(items))
+        except asyncpg.PostgresError as exc:
+            if len(items) == 1 or unreachable(exc):
+                raise
+            alone: list[Any] = []
+            for item in items:
+                try:
+                    alone.extend(await self._write_many([item]))
+                except asyncpg.PostgresError as error:
+                    if unreachable(error):
+                        raise
+                    alone.append(error)
+            return alone
+        written = {(row["key"], row["token"]): row for row in rows}
+        return [written.get((item["key"], item["token"])) for item in items]
+
+    def _written(
+        self, token: str, key: str, state: JobState, fields: JobFields, keep: bool, row: Any
+    ) -> JobRecord | None:
+        """The record after a write, from the claim's record and what the store set."""
+        before = self._held.get(key)
+        if before is None or before.claim_token != token:
+            return None
+        changes: dict[str, Any] = {
+            **fields,
+            "state": state,
+            "updated_at": row["updated_at"],
+            "order_intent_at": row["order_intent_at"],
+        }
+        if not keep:
+            changes.update(lease_owner=None, lease_until=None, claim_token=None)
+        record = msgspec.structs.replace(before, **changes)
+        if keep:
+            self._held[key] = record
+        else:
+            del self._held[key]
+        return record
 
 
 def _json(job: ShipmentJob) -> str:
