@@ -264,11 +264,7 @@ class PostgresJournal(JournalStore):
                 list(exclude),
                 *shares,
             )
-        claimed = [_record(row) for row in sorted(rows, key=lambda row: row["seq"])]
-        if len(self._held) + len(claimed) > _HELD_MAX:
-            self._held.clear()
-        self._held.update((record.key, record) for record in claimed)
-        return claimed
+        return self._hold([_record(row) for row in sorted(rows, key=lambda row: row["seq"])])
 
     async def renew(self, claims: Mapping[str, str], *, lease: float) -> set[str]:
         # The token alone decides: a lapsed lease nobody claimed since is taken back.
@@ -467,7 +463,7 @@ class PostgresJournal(JournalStore):
             list(exclude),
             limit,
         )
-        return [_record(row) for row in rows]
+        return self._hold([_record(row) for row in rows])
 
     # -- internals -----------------------------------------------------------------------
 
@@ -546,6 +542,13 @@ class PostgresJournal(JournalStore):
             return alone
         written = {(row["key"], row["token"]): row for row in rows}
         return [written.get((item["key"], item["token"])) for item in items]
+
+    def _hold(self, claimed: list[JobRecord]) -> list[JobRecord]:
+        """Keep the records of claims handed out, for the writes under them."""
+        if len(self._held) + len(claimed) > _HELD_MAX:
+            self._held.clear()
+        self._held.update((record.key, record) for record in claimed)
+        return claimed
 
     def _written(
         self, token: str, key: str, state: JobState, fields: JobFields, keep: bool, row: Any
