@@ -7,7 +7,10 @@ So jobs queue here instead, first come first served, and pass only while the lim
 more free permits than jobs already let through and not yet sending; the intent is then
 written and the request leaves at once. ``available()`` and ``next_free_at()`` come from
 :class:`~shipping_async.limiter.RollingWindowLimiter`; with a limiter that lacks them the
-gate lets everybody through and the limiter's own queue does the waiting. While the
+gate lets everybody through and the limiter's own queue does the waiting. A limiter that
+fetches permits ahead for the gate's jobs (the Redis one) is attached to it
+(``attach_gate``): it reads :attr:`OrderGate.wanted` and is told of changes through
+``on_change``. While the
 journal's store is away (``store_up`` clear) nobody passes: an intent cannot be durable.
 """
 
@@ -39,6 +42,8 @@ class OrderGate:
         "_reserved",
         "_stop",
         "_store_up",
+        "_waiting",
+        "on_change",
     )
 
     def __init__(
@@ -55,12 +60,18 @@ class OrderGate:
         self._lock = asyncio.Lock()  # FIFO: waiters are admitted in arrival order
         self._changed = asyncio.Event()
         self._reserved = 0  # admitted, permit not yet taken
+        self._waiting = 0  # in admit(), not yet admitted
+        #: Called when jobs may want fewer permits (one sends, gives its turn back, leaves).
+        self.on_change: Callable[[], None] = lambda: None
         available = getattr(limiter, "available", None)
         next_free_at = getattr(limiter, "next_free_at", None)
         self._available: Callable[[], int] | None = available if callable(available) else None
         self._next_free_at: Callable[[], float | None] | None = (
             next_free_at if callable(next_free_at) else None
         )
+        attach_gate = getattr(limiter, "attach_gate", None)
+        if callable(attach_gate):  # a shared limiter fetching permits ahead for the gate
+            attach_gate(self)
 
     @property
     def closed(self) -> bool:
@@ -72,19 +83,34 @@ class OrderGate:
         """Jobs admitted that have not yet asked the limiter for their permit."""
         return self._reserved
 
+    @property
+    def wanted(self) -> int:
+        """Permits the gate's jobs want now: one per job admitted and not yet sending, and
+        one per job waiting to be admitted (none while stopping or the store is away)."""
+        if self._stop.is_set() or (self._store_up is not None and not self._store_up.is_set()):
+            return self._reserved
+        return self._reserved + self._waiting
+
     async def admit(self) -> None:
         """Wait for the turn to order; raises :class:`GateClosedError` once stopping."""
-        async with self._lock:
-            while True:
-                if self._stop.is_set():
-                    raise GateClosedError
-                if self._store_up is not None and not self._store_up.is_set():
+        self._waiting += 1
+        try:
+            async with self._lock:
+                while True:
+                    if self._stop.is_set():
+                        raise GateClosedError
+                    if self._store_up is not None and not self._store_up.is_set():
+                        await self._wait()
+                        continue
+                    if self._available is None or self._available() > self._reserved:
+                        self._reserved += 1
+                        return
                     await self._wait()
-                    continue
-                if self._available is None or self._available() > self._reserved:
-                    self._reserved += 1
-                    return
-                await self._wait()
+        except BaseException:
+            self.on_change()  # one job fewer wants a permit
+            raise
+        finally:
+            self._waiting -= 1
 
     async def unless_closed(self, waiting: Awaitable[object]) -> bool:
         """Wait for ``waiting``; ``False`` (it cancelled) if the run stops first."""
@@ -105,6 +131,7 @@ class OrderGate:
     def sending(self) -> None:
         """The admitted job is calling ``orders.create`` now: it takes the permit itself."""
         self._reserved -= 1
+        self.on_change()
         self.poke()
 
     def poke(self) -> None:

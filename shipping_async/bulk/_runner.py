@@ -427,9 +427,6 @@ class _Lane:
         limiter = self.client.order_limiter
         clock = self.client.clock
         gate = OrderGate(limiter, clock, runner.stop_event, runner.journal.up)
-        attach_gate = getattr(limiter, "attach_gate", None)
-        if attach_gate is not None:  # a shared limiter fetching permits ahead for the gate
-            attach_gate(gate)
         self.pipeline = JobPipeline(
             self.client,
             runner.journal,

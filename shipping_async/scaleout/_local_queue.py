@@ -1,39 +1,53 @@
-"""One process's waiters for a shared order limiter, and the loop that fetches their permits.
+"""One process's waiters for a shared order limiter, and the loop that talks to Redis for them.
 
 The acquirers of one process queue here (first come, first served, ``front=True`` to the
-head) and only :meth:`LocalQueue.run` - one task per process, acting for the head of the
-queue - talks to Redis. The script answers how long until the next permit frees; the
-task sleeps exactly that long plus a little jitter, so the processes of a busy account do
-not poll in step.
+head) and only :meth:`LocalQueue.run` - one task per process and account - talks to
+Redis: one script call per turn (:meth:`~shipping_async.scaleout._permit_store.PermitStore.sync`)
+carries everything the process has for the account:
+
+- the releases queued since the last call, each dated with its true time. An unsent one
+  (its permit is free for others now) makes the call due at once, so the releases of one
+  event-loop tick share it; a sent one rides along with the next call, at the latest
+  ``flush`` seconds later. Its permit stays counted meanwhile, and counts from its true
+  release time however late it is written, so holding it back never shortens a hold: it
+  only delays, by at most ``flush``, other processes' view of when it frees.
+- the permits wanted: one per waiter, and for the reserve what the order gate's jobs want
+  now (see :mod:`~shipping_async.scaleout._reserve`).
+
+When fewer permits are free than wanted, the script says how long until the next frees;
+the task asks again then (at most one hold later: a held permit frees on a release that
+is not announced) plus a little jitter, so the processes of a busy account do not poll in
+step.
 
 Fail closed: when Redis cannot be reached, no permit is granted. Waiters keep waiting
 (the outage is logged once, with the reason, at ERROR) and carry on when Redis answers
 again; with ``max_outage`` set they get :class:`~shipping_async.errors.LimiterUnavailableError`
-after that many seconds.
+after that many seconds. Releases wait for Redis with their true times.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
+import math
 import random
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Iterable
 
 from redis.exceptions import RedisError
 
 from shipping_async.clock import Clock
 from shipping_async.errors import LimiterUnavailableError
 from shipping_async.limiter import Permit
-from shipping_async.scaleout._permit_store import PermitStore
+from shipping_async.scaleout._permit_store import PermitStore, Release
 from shipping_async.scaleout._reserve import Reserve
 
 __all__ = ["LocalQueue"]
 
 _log = logging.getLogger("shipping_async.scaleout.redis_limiter")
 
-# Sleeps get up to 0.5 % of a hold added, so that the heads of many processes spread out.
+# Asks after a refusal get up to 0.5 % of a hold added, so that the heads of many
+# processes spread out.
 _JITTER_SHARE = 0.005
 # Reconnect attempts while Redis is away, real seconds.
 _RETRY_FIRST, _RETRY_MAX = 0.05, 1.0
@@ -44,20 +58,27 @@ class LocalQueue:
 
     __slots__ = (
         "_account",
+        "_ahead",
+        "_blocked_until",
         "_clock",
+        "_due",
+        "_flush",
         "_free_at",
         "_held",
         "_kick",
         "_lease",
         "_max_outage",
+        "_napping_until",
         "_outage_since",
-        "_release",
+        "_outbox",
         "_reserve",
+        "_retry",
+        "_retry_at",
         "_speed",
         "_store",
         "_waiters",
-        "_watching",
         "on_ready",
+        "paused_until",
     )
 
     def __init__(
@@ -66,26 +87,36 @@ class LocalQueue:
         reserve: Reserve,
         *,
         held: set[str],
-        release: Callable[[Permit], Awaitable[None]],
         account: str,
         clock: Clock,
         lease: float,
+        flush: float,
         max_outage: float | None,
     ) -> None:
         self._store = store
         self._reserve = reserve
-        self._held = held  # the limiter's: ids granted in this process and not released
-        self._release = release  # gives a permit back unsent, through the limiter
+        self._held = held  # the limiter's: ids handed out in this process and not released
         self._account = account
         self._clock = clock
         self._speed = clock.from_real(1.0)  # clock seconds per real (Redis) second
         self._lease = lease
+        self._ahead = reserve.ahead
+        self._flush = flush
         self._max_outage = max_outage
         self._waiters: deque[asyncio.Future[Permit]] = deque()
+        # Releases not yet written: (id, sent, released at on the clock), and when the
+        # next call must write them.
+        self._outbox: list[tuple[str, bool, float]] = []
+        self._due = math.inf
+        self._retry_at = -math.inf  # no permit is free in Redis before this, as last told
+        self._blocked_until = -math.inf  # Redis away: the next attempt
+        self._retry = _RETRY_FIRST
+        self._napping_until = math.inf
         self._free_at: float | None = None  # clock.monotonic() of the next free permit
-        self._watching = False  # run() naps only to expire the reserve
         self._kick = asyncio.Event()
         self._outage_since: float | None = None
+        #: Until when (clock.monotonic()) everyone is paused, as last told by Redis.
+        self.paused_until = -math.inf
         #: Called when permits got ready in the reserve (a gate waiting for one looks again).
         self.on_ready: Callable[[], None] = lambda: None
 
@@ -106,8 +137,7 @@ class LocalQueue:
             self._waiters.appendleft(waiter)
         else:
             self._waiters.append(waiter)
-        if self._watching:
-            self._kick.set()  # run() only watches the reserve: it must fetch now
+        self._kick.set()
         return waiter
 
     def leave(self, waiter: asyncio.Future[Permit]) -> Permit | None:
@@ -121,8 +151,38 @@ class LocalQueue:
         return granted
 
     def kick(self) -> None:
-        """Cut :meth:`run`'s nap short: a permit freed here, or more are wanted now."""
+        """Cut :meth:`run`'s nap short: something to do may be due now."""
         self._kick.set()
+
+    def release(self, permit_id: str, *, sent: bool) -> None:
+        """Queue a release for the next call: at once if unsent, within ``flush`` if sent."""
+        now = self._clock.monotonic()
+        self._outbox.append((permit_id, sent, now))
+        due = now + self._flush if sent else now
+        if due < self._due:
+            self._due = due
+            if due < self._napping_until:
+                self._kick.set()
+
+    def take_ready(self, now: float) -> Permit | None:
+        """A permit from the reserve, fresh enough for a full lease; ``None`` if none."""
+        if now < self.paused_until:
+            self._give_back(self._reserve.clear())  # a 429 paused everyone since
+            return None
+        permit, stale = self._reserve.take(now)
+        self._give_back(stale)
+        return permit
+
+    def drop_reserve(self) -> None:
+        """Give back every permit fetched ahead (a pause, or closing)."""
+        self._give_back(self._reserve.clear())
+
+    def check_reserve(self) -> None:
+        """The gate's jobs may want fewer permits: wake :meth:`run` if some are surplus."""
+        if len(self._reserve) > max(0, self._reserve.wanted()) and (
+            self._napping_until > self._clock.monotonic() + self._reserve.grace
+        ):
+            self._kick.set()
 
     def next_free_at(self, now: float) -> float | None:
         """When a permit should be ready here; ``None`` while Redis is unreachable."""
@@ -130,8 +190,7 @@ class LocalQueue:
             return None  # unknown until Redis answers again
         if len(self._reserve) or self._free_at is None:
             return now
-        # Not later than the reserve's idle time: another process may give permits back.
-        return min(max(now, self._free_at), now + self._reserve.idle)
+        return max(now, self._free_at)
 
     def cancel_all(self) -> None:
         """Cancel every waiter (the limiter is closing)."""
@@ -139,8 +198,24 @@ class LocalQueue:
             waiter.cancel()
         self._waiters.clear()
 
+    async def flush(self) -> int:
+        """Write the queued releases now; how many permits of the account count then."""
+        now = self._clock.monotonic()
+        sending, self._outbox, self._due = self._outbox, [], math.inf
+        try:
+            synced = await self._store.sync(self._releases(sending, now), lease=self._lease)
+        except RedisError:
+            self._requeue(sending, now)
+            raise
+        return synced.in_use
+
+    @property
+    def unwritten(self) -> int:
+        """Releases queued and not yet written."""
+        return len(self._outbox)
+
     async def run(self) -> None:
-        """Serve the queue until nobody waits; if that breaks, the waiters learn why."""
+        """Serve the queue until nothing is left to do; if that breaks, the waiters learn why."""
         try:
             await self._serve()
         except Exception as exc:
@@ -148,68 +223,104 @@ class LocalQueue:
             self._fail_waiters(exc)
 
     async def _serve(self) -> None:
-        """Act for the head of the local queue: ask Redis, hand out, sleep the answer."""
-        retry = _RETRY_FIRST
+        """Act for the waiters and the reserve: one call per turn, then sleep the answer."""
         while True:
             now = self._clock.monotonic()
-            for permit in self._reserve.expire(now):
-                await self._release(permit)  # nobody took it: others may
-            wanted = self._wanted(now)
-            if wanted == 0:
-                expiry = self._reserve.next_expiry()
-                if expiry is None:
-                    return
-                self._watching = True
-                try:
-                    await self._nap(expiry - now)  # give back what nobody takes in time
-                finally:
-                    self._watching = False
+            self._give_back(self._reserve.surplus(now, self._store.limit))
+            wanted = self._wanted()
+            call_at = self._due
+            if wanted:
+                call_at = min(call_at, self._retry_at)
+            call_at = max(call_at, self._blocked_until)
+            if call_at > now:
+                wake_at = min(call_at, self._reserve.wake_at())
+                if wake_at == math.inf:
+                    return  # nothing wanted, nothing to write, nothing to watch
+                await self._nap(wake_at - now)
                 continue
+            sending, self._outbox, self._due = self._outbox, [], math.inf
             direct = min(wanted, self._live_waiters())
             try:
-                granted, wait = await self._store.acquire(
-                    wanted,
+                synced = await self._store.sync(
+                    self._releases(sending, now),
+                    wanted=wanted,
                     direct=direct,
                     lease=self._lease,
-                    reserve_lease=1.5 * self._reserve.idle,
-                    # Unasked-for ones come back after ``quiet``: others look again then.
-                    recheck=2 * self._reserve.quiet,
+                    ahead=self._ahead,
                 )
             except RedisError as exc:
+                self._requeue(sending, now)
                 self._fail_closed(exc)
-                # Reconnecting is about Redis, whose time is real; the clock's is protocol time.
-                await self._clock.sleep(retry * (1 + random.random()) * self._speed)
-                retry = min(_RETRY_MAX, retry * 2)
                 continue
-            retry = _RETRY_FIRST
             self._recovered()
+            self._hand_out(synced.granted, direct, asked_at=now)
             now = self._clock.monotonic()
-            self._free_at = now + wait
-            if len(granted) > direct:
-                self.on_ready()
-            for index, permit_id in enumerate(granted):
-                permit = Permit(id=permit_id, acquired_at=now)
-                kept = self._to_waiter(permit) if index < direct else self._reserve.offer(permit)
-                if kept:
-                    self._held.add(permit_id)
-                else:  # its waiter was cancelled while Redis answered: never used
-                    with contextlib.suppress(RedisError):  # if not, its lease frees it
-                        await self._store.release(permit_id, sent=False)
-            if len(granted) < wanted:
-                # Held permits free only on a release nobody announces, and a released
-                # one no sooner than one hold later: never sleep longer than a hold.
+            if synced.paused > 0:
+                self.paused_until = now + synced.paused
+                self.drop_reserve()  # fetched before the pause: not to be used during it
+            self._free_at = now + synced.wait
+            if synced.wait > 0:
+                # None is left: asking before the next frees is pointless. Held permits
+                # free only on a release nobody announces, and a released one no sooner
+                # than one hold later: never wait longer than a hold.
                 hold = self._store.window + self._store.margin
-                nap = min(wait, hold) + random.uniform(0, _JITTER_SHARE * hold)
-                await self._nap(nap)
+                self._retry_at = (
+                    now + min(synced.wait, hold) + random.uniform(0, _JITTER_SHARE * hold)
+                )
+            else:
+                self._retry_at = -math.inf
+
+    def _hand_out(self, granted: list[str], direct: int, *, asked_at: float) -> None:
+        """Granted permits to the waiters (the first ``direct``) and the reserve."""
+        ready = False
+        for index, permit_id in enumerate(granted):
+            # Dated when it was asked for: Redis counts it from a later moment, so its
+            # age here is never less than its age there.
+            permit = Permit(id=permit_id, acquired_at=asked_at)
+            if index < direct:
+                if self._to_waiter(permit):
+                    self._held.add(permit_id)
+                    continue
+            elif self._reserve.missing(self._store.limit) > 0:
+                self._reserve.add(permit)
+                ready = True
+                continue
+            self.release(permit_id, sent=False)  # its waiter or job went away meanwhile
+        if ready:
+            self.on_ready()
+
+    def _releases(self, sending: list[tuple[str, bool, float]], now: float) -> list[Release]:
+        return [Release(permit_id, sent, now - at) for permit_id, sent, at in sending]
+
+    def _requeue(self, sending: list[tuple[str, bool, float]], now: float) -> None:
+        """Releases that could not be written go back first, with their true times; those
+        older than any permit can live in Redis matter no more."""
+        oldest = now - (self._lease + self._ahead + self._store.window + self._store.margin)
+        kept = [item for item in sending if item[2] > oldest]
+        if len(kept) < len(sending):
+            _log.warning(
+                "order limiter for account %s: %d release(s) could not be written to Redis "
+                "before their permits' leases ran out",
+                self._account,
+                len(sending) - len(kept),
+            )
+        self._outbox[:0] = kept
+        if self._outbox:
+            self._due = min(self._due, now)
+
+    def _give_back(self, permits: Iterable[Permit]) -> None:
+        for permit in permits:
+            self.release(permit.id, sent=False)
 
     def _live_waiters(self) -> int:
         while self._waiters and self._waiters[0].done():
             self._waiters.popleft()
         return sum(not waiter.done() for waiter in self._waiters)
 
-    def _wanted(self, now: float) -> int:
+    def _wanted(self) -> int:
         """Permits to ask Redis for now: one per live waiter and per missing reserve."""
-        return min(self._store.limit, self._live_waiters() + self._reserve.missing(now))
+        limit = self._store.limit
+        return min(limit, self._live_waiters() + self._reserve.missing(limit))
 
     def _to_waiter(self, permit: Permit) -> bool:
         """Give a granted permit to the head of the queue; ``False`` if nobody waits."""
@@ -221,19 +332,24 @@ class LocalQueue:
         return False
 
     async def _nap(self, seconds: float) -> None:
-        """Sleep ``seconds`` of the clock, or less if a local release frees a permit."""
+        """Sleep ``seconds`` of the clock, or less if kicked."""
         self._kick.clear()
+        self._napping_until = self._clock.monotonic() + seconds
         sleeper = asyncio.ensure_future(self._clock.sleep(seconds))
         kicked = asyncio.ensure_future(self._kick.wait())
         try:
             await asyncio.wait((sleeper, kicked), return_when=asyncio.FIRST_COMPLETED)
         finally:
+            self._napping_until = math.inf
             sleeper.cancel()
             kicked.cancel()
             await asyncio.gather(sleeper, kicked, return_exceptions=True)
 
     def _fail_closed(self, exc: RedisError) -> None:
         now = self._clock.monotonic()
+        # Reconnecting is about Redis, whose time is real; the clock's is protocol time.
+        self._blocked_until = now + self._retry * (1 + random.random()) * self._speed
+        self._retry = min(_RETRY_MAX, self._retry * 2)
         if self._outage_since is None:
             self._outage_since = now
             _log.error(
@@ -257,6 +373,7 @@ class LocalQueue:
                 waiter.set_exception(error)
 
     def _recovered(self) -> None:
+        self._retry, self._blocked_until = _RETRY_FIRST, -math.inf
         if self._outage_since is not None:
             _log.warning(
                 "order limiter for account %s: Redis answers again; orders resume",

@@ -9,7 +9,7 @@ Keys (one account, one hash tag, so Redis Cluster keeps them on one slot):
 
 - ``KEYS[1]`` permits, a sorted set: member = permit id, score = the latest moment that
   permit's request may reach the server. A held permit scores ``acquired + lease``
-  (``+ reserve lease`` while it waits unused in a process's reserve); a released one
+  (``+ ahead`` if it was fetched ahead for a job about to order); a released one
   ``released`` (``sent=True``) or is removed (``sent=False``). A permit is counted until
   ``score + window + margin`` - the in-process limiter's rule, shared.
 - ``KEYS[2]`` state, a hash: ``limit``/``window`` learned from 429s (only ever stricter),
@@ -20,12 +20,14 @@ Common arguments: ``ARGV[1]`` configured limit, ``ARGV[2]`` configured window (u
 share, ``ARGV[5]`` the epoch the caller knew ('' if none), ``ARGV[6]`` a fresh epoch to
 use if the state is missing, ``ARGV[7]`` state TTL (ms).
 
-Every script returns ``{result, wait_us, limit, window_us, margin_us, epoch}``.
+Every script returns ``{result, wait_us, limit, window_us, margin_us, epoch, paused_us,
+count}``: ``paused_us`` how long everyone is still paused (0 if not), ``count`` how many
+permits of the account count now.
 """
 
 from __future__ import annotations
 
-__all__ = ["ACQUIRE", "PAUSE", "RELEASE", "TAKE"]
+__all__ = ["PAUSE", "SYNC"]
 
 _PRELUDE = """
 local permits, state = KEYS[1], KEYS[2]
@@ -59,82 +61,69 @@ end
 redis.call('PEXPIRE', state, tonumber(ARGV[7]))
 redis.call('ZREMRANGEBYSCORE', permits, '-inf', now - hold)
 local function reply(result, wait)
-  return {result, wait, limit, window, hold - window, epoch}
+  return {result, wait, limit, window, hold - window, epoch,
+          math.max(0, paused_until - now), redis.call('ZCARD', permits)}
 end
 """
 
-#: ``ARGV[8]`` lease (us), ``ARGV[9]`` how many of the ids are for waiters, ``ARGV[10]``
-#: the short lease (us) of the others, fetched ahead into a reserve (their ids start with
-#: ``r:``; see ``TAKE``), ``ARGV[11]`` how soon (us) to look again while permits sit in a
-#: reserve; ``ARGV[12..]`` ids for the permits wanted, waiters first. Grants as many as
-#: are free (none while paused); returns the number granted and, if some were not, how
-#: long until the next permit frees - or, while permits sit in a reserve (a given-back
-#: one frees at once, unannounced), ``ARGV[11]`` if that is sooner.
-ACQUIRE = (
+#: Everything one process has for the account, in one round trip: ``ARGV[8]`` lease (us),
+#: ``ARGV[9]`` ahead (us), ``ARGV[10]`` the number R of releases, ``ARGV[11]`` how many of
+#: the wanted ids are for waiters (D), then
+#:
+#: 1. R triples (``'1'`` sent / ``'0'`` not, age in us, id): a sent permit counts from the
+#:    moment it was released - ``now - age``, its true time even if the release was held
+#:    back to share this call - until that + window + margin (even if its lease had run
+#:    out and the set had dropped it); an unsent one is removed.
+#: 2. the ids of the permits wanted: as many as are free are granted (none while paused).
+#:    The first D are for waiters about to send (they count for ``lease``), the others are
+#:    fetched ahead for jobs about to order (``lease + ahead``: they may wait up to
+#:    ``ahead`` in the process before their request starts).
+#:
+#: ``result``: the number granted; ``wait``: if permits were wanted and none is left, how
+#: long until the next frees (while paused, until the pause ends).
+SYNC = (
     _PRELUDE
     + """
-local lease, direct, reserve_lease = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
-local recheck = tonumber(ARGV[11])
-local wanted = #ARGV - 11
-if now < paused_until then return reply(0, paused_until - now) end
-local count = redis.call('ZCARD', permits)
-local granted = 0
-while granted < wanted and count < limit do
-  granted = granted + 1
-  count = count + 1
-  local hold_for = lease
-  if granted > direct then hold_for = reserve_lease end
-  redis.call('ZADD', permits, now + hold_for, ARGV[11 + granted])
-end
-local wait = 0
-if granted < wanted then
-  -- The permit whose expiry brings the count below the limit (scores ascend).
-  local all = redis.call('ZRANGE', permits, 0, -1, 'WITHSCORES')
-  wait = tonumber(all[2 * (count - limit) + 2]) + hold - now
-  for i = 1, #all, 2 do
-    if string.sub(all[i], 1, 2) == 'r:' then
-      -- Fetched ahead by a process that may give it back at any moment: look again
-      -- soon rather than when its count would run out.
-      wait = math.min(wait, recheck)
-      break
-    end
+local lease, ahead = tonumber(ARGV[8]), tonumber(ARGV[9])
+local releases, direct = tonumber(ARGV[10]), tonumber(ARGV[11])
+local first = 12 + 3 * releases
+local written = false
+for i = 12, first - 1, 3 do
+  local at = now - tonumber(ARGV[i + 1])
+  if ARGV[i] == '1' and at > now - hold then
+    redis.call('ZADD', permits, at, ARGV[i + 2])
+    written = true
+  else
+    redis.call('ZREM', permits, ARGV[i + 2])
   end
 end
-redis.call('PEXPIRE', permits, math.floor((lease + hold) / 1000) + 1000)
-return reply(granted, wait)
-"""
-)
-
-#: ``ARGV[8]`` lease (us), ``ARGV[9]`` id (``r:ID``) of a permit from the reserve, about to
-#: be used: it becomes ``ID`` and counts for a full lease. Returns 0 if it had expired (it
-#: no longer counts: the caller must acquire anew). A worker that dies with permits in
-#: reserve thus blocks them only for the short reserve lease, not for a request's.
-TAKE = (
-    _PRELUDE
-    + """
-if not redis.call('ZSCORE', permits, ARGV[9]) then return reply(0, 0) end
-redis.call('ZREM', permits, ARGV[9])
+local wanted = #ARGV - first + 1
+local granted, wait = 0, 0
 if now < paused_until then
-  -- A 429 paused everyone after this permit was fetched: it must not be used now.
-  return reply(0, paused_until - now)
+  if wanted > 0 then wait = paused_until - now end
+else
+  local count = redis.call('ZCARD', permits)
+  while granted < wanted and count < limit do
+    local score = now + lease
+    if granted >= direct then score = score + ahead end
+    redis.call('ZADD', permits, score, ARGV[first + granted])
+    granted = granted + 1
+    count = count + 1
+    written = true
+  end
+  if count >= limit and wanted > 0 then
+    -- None left: the permit whose expiry brings the count below the limit (scores ascend).
+    local k = count - limit
+    local entry = redis.call('ZRANGE', permits, k, k, 'WITHSCORES')
+    wait = tonumber(entry[2]) + hold - now
+  end
 end
-redis.call('ZADD', permits, now + tonumber(ARGV[8]), string.sub(ARGV[9], 3))
-return reply(1, 0)
-"""
-)
-
-#: ``ARGV[8]`` '1' if the request may have reached the server, else '0'; ``ARGV[9]`` id.
-RELEASE = (
-    _PRELUDE
-    + """
-if ARGV[8] == '1' then
-  -- Counted from now, even if its lease had run out and the set had dropped it.
-  redis.call('ZADD', permits, now, ARGV[9])
-  local ttl = math.floor(hold / 1000) + 1000
+if written then
+  -- No entry written now lives longer than a fetched-ahead one: lease + ahead + hold.
+  local ttl = math.floor((lease + ahead + hold) / 1000) + 1000
   if redis.call('PTTL', permits) < ttl then redis.call('PEXPIRE', permits, ttl) end
-  return reply(1, 0)
 end
-return reply(redis.call('ZREM', permits, ARGV[9]), 0)
+return reply(granted, wait)
 """
 )
 

@@ -9,7 +9,8 @@ every worker shares and the epoch of the Redis data it has seen.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 from uuid import uuid4
 
 import redis.asyncio as aioredis
@@ -18,13 +19,33 @@ import redis.asyncio as aioredis
 from shipping_async.limiter import DEFAULT_MARGIN_SHARE
 from shipping_async.scaleout import _lua
 
-__all__ = ["PermitStore"]
+__all__ = ["PermitStore", "Release", "Synced"]
 
 _log = logging.getLogger("shipping_async.scaleout.redis_limiter")
 
 _US = 1_000_000
 # Learned rates and the epoch outlive any batch; one idle day forgets them.
 _STATE_TTL_MS = 86_400_000
+
+
+class Release(NamedTuple):
+    """A permit given back: its id, whether its request may have reached the server, and
+    how many seconds (of the clock) ago that was."""
+
+    id: str
+    sent: bool
+    age: float
+
+
+class Synced(NamedTuple):
+    """What one :meth:`PermitStore.sync` got: the ids granted; if none is left, the
+    seconds until it is worth asking again (else 0); the seconds everyone is still paused
+    (0 if not); how many permits of the account count now."""
+
+    granted: list[str]
+    wait: float
+    paused: float
+    in_use: int
 
 
 class PermitStore:
@@ -54,9 +75,7 @@ class PermitStore:
         self._margin = margin  # None: a share of the window
         self._epoch = ""  # the copy of the Redis data this process has used
         self._scripts = {
-            "acquire": redis.register_script(_lua.ACQUIRE),
-            "release": redis.register_script(_lua.RELEASE),
-            "take": redis.register_script(_lua.TAKE),
+            "sync": redis.register_script(_lua.SYNC),
             "pause": redis.register_script(_lua.PAUSE),
         }
 
@@ -65,44 +84,40 @@ class PermitStore:
         """Seconds added to every hold and pause, on top of the window."""
         return self.window * DEFAULT_MARGIN_SHARE if self._margin is None else self._margin
 
-    async def acquire(
-        self, wanted: int, *, direct: int, lease: float, reserve_lease: float, recheck: float
-    ) -> tuple[list[str], float]:
-        """Take up to ``wanted`` permits; returns their ids and, if fewer were free, the
-        seconds until it is worth asking again (0 otherwise).
+    async def sync(
+        self,
+        releases: Sequence[Release] = (),
+        *,
+        wanted: int = 0,
+        direct: int = 0,
+        lease: float,
+        ahead: float = 0.0,
+    ) -> Synced:
+        """Everything this process has for the account, in one script run.
 
-        The first ``direct`` are for requests about to be sent: they count for ``lease``.
-        The others are fetched ahead (ids ``r:...``) and count for ``reserve_lease``
-        until :meth:`take` makes them count for a full lease. While any process holds
-        such permits, the wait returned is at most ``recheck``.
+        ``releases`` are written first: a sent permit counts from its true release time
+        (``age`` seconds before Redis reads its clock) for window + margin, an unsent
+        one is freed. Then up to ``wanted`` permits are taken: the first ``direct`` for
+        requests about to be sent (they count for ``lease``), the others fetched ahead
+        for jobs about to order (``lease + ahead``).
         """
-        ids = [("" if index < direct else "r:") + uuid4().hex for index in range(wanted)]
-        granted, wait = await self._run(
-            "acquire", self._us(lease), direct, self._us(reserve_lease), self._us(recheck), *ids
-        )
-        return ids[:granted], wait
+        ids = [uuid4().hex for _ in range(wanted)]
+        args: list[str | int] = [self._us(lease), self._us(ahead), len(releases), direct]
+        for release in releases:
+            # Rounded down: Redis then dates the release no earlier than it happened.
+            age = max(0, int(release.age / self._speed * _US))
+            args += ["1" if release.sent else "0", age, release.id]
+        args += ids
+        granted, wait, paused, count = await self._run("sync", *args)
+        return Synced(ids[:granted], wait, paused, count)
 
-    async def take(self, reserved_id: str, *, lease: float) -> str | None:
-        """A permit fetched ahead is about to be used: its id from now on, or ``None``
-        if it had expired (or a 429 paused everyone since)."""
-        taken, _ = await self._run("take", self._us(lease), reserved_id)
-        return reserved_id.removeprefix("r:") if taken else None
+    async def pause(self, seconds: float, *, limit: int, window: float) -> float:
+        """Grant nothing for ``seconds`` + margin; keep the stricter of the rates. Returns
+        the seconds everyone is paused from now."""
+        _, _, paused, _ = await self._run("pause", self._us(seconds), limit, self._us(window))
+        return paused
 
-    async def release(self, permit_id: str, *, sent: bool) -> None:
-        """Count a sent permit from now (window + margin); free an unsent one."""
-        await self._run("release", "1" if sent else "0", permit_id)
-
-    async def pause(self, seconds: float, *, limit: int, window: float) -> None:
-        """Grant nothing for ``seconds`` + margin; keep the stricter of the rates."""
-        await self._run("pause", self._us(seconds), limit, self._us(window))
-
-    async def count(self, *, lease: float) -> int:
-        """How many permits count now, across every process."""
-        await self._run("acquire", self._us(lease), 0, 0, 0)  # wants none; drops the expired
-        redis = self._scripts["acquire"].registered_client
-        return int(await redis.zcard(self.keys[0]))
-
-    async def _run(self, script: str, *extra: str | int) -> tuple[int, float]:
+    async def _run(self, script: str, *extra: str | int) -> tuple[int, float, float, int]:
         args: list[str | int] = [
             self.limit,
             self._us(self.window),
@@ -114,7 +129,7 @@ class PermitStore:
             *extra,
         ]
         reply: list[Any] = await self._scripts[script](keys=list(self.keys), args=args)
-        result, wait_us, limit, window_us, _margin_us, raw_epoch = reply
+        result, wait_us, limit, window_us, _margin_us, raw_epoch, paused_us, count = reply
         epoch = raw_epoch.decode() if isinstance(raw_epoch, bytes) else str(raw_epoch)
         if self._epoch and epoch != self._epoch:
             _log.warning(
@@ -125,7 +140,7 @@ class PermitStore:
         self._epoch = epoch
         self.limit = int(limit)
         self.window = self._seconds(int(window_us))
-        return int(result), self._seconds(int(wait_us))
+        return int(result), self._seconds(int(wait_us)), self._seconds(int(paused_us)), int(count)
 
     def _us(self, seconds: float) -> int:
         """Seconds of the caller's clock as integer microseconds of Redis' real clock."""

@@ -1,18 +1,19 @@
-"""Permits taken from Redis ahead of demand, so that an order gate can see one is ready.
+"""Permits of one process taken in Redis for the jobs an order gate is about to admit.
 
 The bulk pipeline's order gate writes a job's order intent only once the limiter reports
 a permit :meth:`~RedisOrderLimiter.available`, so that a crash never leaves intents of
 orders that were never sent. For a shared limiter "available" must mean "already taken
 in Redis for this process": that is this reserve.
 
-How big: the gate asks :meth:`~RedisOrderLimiter.next_free_at` only while a job waits at
-it with every ready permit spoken for. Each such ask doubles the target (1, 2, 4, ... up
-to the limit, like TCP's slow start), so a fresh window's permits are fetched in a few
-round trips, not one per order. That may fetch more than the jobs waiting need, so
-what nobody took goes back to Redis - after ``quiet`` seconds without an ask (the gate
-is no longer waiting), else after ``idle`` - and the target shrinks with it: a worker
-running out of jobs does not sit on permits other workers need. The oldest
-``promised()`` permits never go back: a gate has let jobs through for them.
+How big: exactly what the gate's jobs want now (``wanted()``: one per job waiting to be
+admitted and per job admitted that has not taken its permit yet), never more than the
+limit. A permit fetched ahead is thus taken for a job that exists now; when that job goes
+away (its quote failed, the run stops, the journal's store is away), the permit is
+surplus and goes back at once - an idle worker sits on none. (After ``grace`` seconds of
+being surplus: a job that stops waiting at the gate to send its order takes its permit a
+moment later.) A permit waits at most
+``ahead`` seconds here (it was fetched to count for ``lease + ahead``): an older one goes
+back, and its job acquires anew.
 """
 
 from __future__ import annotations
@@ -29,75 +30,64 @@ __all__ = ["Reserve"]
 class Reserve:
     """The permits of one process that :meth:`take` hands out at once."""
 
-    __slots__ = ("_asked_at", "_permits", "idle", "promised", "quiet", "target")
+    __slots__ = ("_excess_since", "_permits", "ahead", "grace", "wanted")
 
-    def __init__(self, idle: float, quiet: float) -> None:
-        self.idle = idle
-        self.quiet = quiet
-        self.target = 0
-        #: How many ready permits are spoken for (jobs let through, about to take one).
-        self.promised: Callable[[], int] = lambda: 0
-        self._asked_at = -math.inf
+    def __init__(self, ahead: float, grace: float) -> None:
+        self.ahead = ahead
+        self.grace = grace
+        self._excess_since: float | None = None  # more permits than wanted since then
+        #: How many permits the attached gate's jobs want now (none without a gate).
+        self.wanted: Callable[[], int] = lambda: 0
         self._permits: deque[Permit] = deque()
 
     def __len__(self) -> int:
         return len(self._permits)
 
-    def ask(self, now: float, limit: int) -> bool:
-        """A caller waits for more ready permits; ``True`` if more should be fetched now."""
-        self._asked_at = now
-        if len(self._permits) < self.target:
-            return False  # a fetch is already due
-        grown = min(limit, max(1, 2 * self.target))
-        if grown <= len(self._permits):
-            return False
-        self.target = grown
-        return True
+    def missing(self, limit: int) -> int:
+        """How many permits to fetch ahead now."""
+        return max(0, min(limit, self.wanted()) - len(self._permits))
 
-    def missing(self, now: float) -> int:
-        """How many permits to fetch now: none once nobody has asked for ``quiet``."""
-        if now - self._asked_at > self.quiet:
-            return 0
-        return max(0, self.target - len(self._permits))
-
-    def offer(self, permit: Permit) -> bool:
-        """Keep a freshly granted permit if the target wants one."""
-        if len(self._permits) >= self.target:
-            return False
+    def add(self, permit: Permit) -> None:
+        """Keep a permit fetched ahead (``acquired_at``: when Redis granted it)."""
         self._permits.append(permit)
-        return True
 
-    def take(self) -> Permit | None:
-        """The oldest ready permit, or ``None``."""
-        return self._permits.popleft() if self._permits else None
+    def take(self, now: float) -> tuple[Permit | None, list[Permit]]:
+        """The oldest fresh permit (or ``None``), and the stale ones to give back."""
+        stale: list[Permit] = []
+        while self._permits:
+            permit = self._permits.popleft()
+            if now - permit.acquired_at <= self.ahead:
+                return permit, stale
+            stale.append(permit)
+        return None, stale
 
-    def expire(self, now: float) -> list[Permit]:
-        """Remove and return the unpromised permits nobody wants any more; shrink the
-        target to what is left."""
-        kept = max(0, self.promised())  # the oldest: take() hands them out first
-        expired = []
-        while len(self._permits) > kept and self._expiry(self._permits[kept]) <= now:
-            expired.append(self._permits[kept])
-            del self._permits[kept]
-        if expired:
-            self.target = len(self._permits)
-        return expired
+    def surplus(self, now: float, limit: int) -> list[Permit]:
+        """Remove and return the stale permits, and those nobody has wanted for ``grace``."""
+        permits: deque[Permit] = self._permits
+        gone: list[Permit] = []
+        # Granted in order, so the oldest (the first to go stale) are on the left.
+        while permits and now - permits[0].acquired_at > self.ahead:
+            gone.append(permits.popleft())
+        wanted = max(0, min(limit, self.wanted()))
+        if len(permits) <= wanted:
+            self._excess_since = None
+        elif self._excess_since is None:
+            self._excess_since = now
+        elif now - self._excess_since >= self.grace:
+            while len(permits) > wanted:
+                gone.append(permits.pop())  # the newest: the oldest are handed out first
+            self._excess_since = None
+        return gone
 
-    def next_expiry(self) -> float | None:
-        """When the oldest unpromised ready permit expires, if there is one."""
-        kept = max(0, self.promised())
-        if len(self._permits) <= kept:
-            return None
-        return self._expiry(self._permits[kept])
-
-    def _expiry(self, permit: Permit) -> float:
-        return min(
-            permit.acquired_at + self.idle, max(permit.acquired_at, self._asked_at) + self.quiet
-        )
+    def wake_at(self) -> float:
+        """When :meth:`surplus` may have something to return (``inf``: never by itself)."""
+        at = self._permits[0].acquired_at + self.ahead if self._permits else math.inf
+        if self._excess_since is not None:
+            at = min(at, self._excess_since + self.grace)
+        return at
 
     def clear(self) -> list[Permit]:
-        """Remove and return every ready permit; fetch none until asked again."""
+        """Remove and return every permit."""
         permits = list(self._permits)
         self._permits.clear()
-        self.target = 0
         return permits

@@ -8,10 +8,14 @@ stricter rate. The state lives in Redis and only the Lua scripts of
 :mod:`shipping_async.scaleout._lua` change it, atomically, on Redis' own clock.
 
 Quiet and fair: the waiters of one process queue locally (first come, first served,
-``front=True`` to the head) and only one task per process - acting for the head of that
-queue - talks to Redis. The script answers how long until the next permit frees; the task
-sleeps exactly that long plus a little jitter, so the processes of a busy account do not
-poll in step (:mod:`shipping_async.scaleout._local_queue`).
+``front=True`` to the head) and only one task per process talks to Redis, one script call
+per turn carrying the releases of the moment (with their true times) and the permits
+wanted, for waiters and for the jobs an order gate is about to admit. The script answers
+how long until the next permit frees; the task sleeps exactly that long plus a little
+jitter, so the processes of a busy account do not poll in step
+(:mod:`shipping_async.scaleout._local_queue`). On the fast path of a busy account an order
+costs at most one script call: its permit comes with others fetched for the jobs waiting
+at that moment, and its release shares a call with the other releases and fetches.
 
 Fail closed: when Redis cannot be reached, no permit is granted - an order is never sent
 unguarded. Waiters keep waiting (the outage is logged once, with the reason, at ERROR)
@@ -27,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+from collections.abc import Callable
 from types import TracebackType
 from typing import Protocol
 
@@ -47,10 +52,13 @@ __all__ = ["LimiterUnavailableError", "OrderGateLike", "RedisOrderLimiter"]
 
 _log = logging.getLogger(__name__)
 
-# A permit fetched ahead and not taken within 5 % of a window goes back, or within 1 %
-# once its gate stops asking for more (see _reserve).
-_RESERVE_IDLE_SHARE = 0.05
-_RESERVE_QUIET_SHARE = 0.01
+# A permit fetched ahead for a job about to order counts for one lease more than one
+# taken to send at once: it may wait that long for its job (a quote: one request, shorter
+# than a lease) before its own request starts (see _reserve).
+_AHEAD_SHARE = 1.0
+# A sent release is written within 1 % of a window, with the next call if one comes sooner;
+# a permit fetched ahead that the gate's jobs no longer want goes back after as long.
+_FLUSH_SHARE = 0.05
 
 
 class OrderGateLike(Protocol):
@@ -58,6 +66,11 @@ class OrderGateLike(Protocol):
 
     @property
     def reserved(self) -> int: ...
+
+    @property
+    def wanted(self) -> int: ...
+
+    on_change: Callable[[], None]
 
     def poke(self) -> None: ...
 
@@ -73,7 +86,8 @@ class RedisOrderLimiter:
     ``lease``: seconds a permit may stay acquired without a release - the longest a
     request can take (the client's timeout, with some slack). An unreleased permit stays
     counted ``lease + window + margin`` after its acquisition, then frees itself: that is
-    what happens to the permits of a worker that dies.
+    what happens to the permits of a worker that dies (a permit fetched ahead for an
+    order gate's job counts one lease longer).
 
     ``clock``: a :class:`~shipping_async.clock.ScaledClock` makes protocol seconds shorter
     (a sandbox at speed 100 has 0.6 real-second windows); Redis' own clock is real, so
@@ -138,19 +152,19 @@ class RedisOrderLimiter:
             margin=margin,
             speed=self._clock.from_real(1.0),  # clock seconds per real (Redis) second
         )
-        self._held: set[str] = set()  # granted here and not released
+        self._held: set[str] = set()  # handed out here and not released
         # Permits taken in Redis ahead of an acquire, for an order gate (see _reserve).
         self._reserve = Reserve(
-            idle=float(window) * _RESERVE_IDLE_SHARE, quiet=float(window) * _RESERVE_QUIET_SHARE
+            ahead=self._lease * _AHEAD_SHARE, grace=float(window) * _FLUSH_SHARE
         )
         self._queue = LocalQueue(
             self._store,
             self._reserve,
             held=self._held,
-            release=lambda permit: self.release(permit, sent=False),
             account=account,
             clock=self._clock,
             lease=self._lease,
+            flush=float(window) * _FLUSH_SHARE,
             max_outage=max_outage,
         )
         self._pump: asyncio.Task[None] | None = None  # runs the queue while it is needed
@@ -185,23 +199,29 @@ class RedisOrderLimiter:
         return len(self._reserve)
 
     def attach_gate(self, gate: OrderGateLike) -> None:
-        """Serve an order gate: keep the ready permits its admitted jobs are about to
-        take (``gate.reserved``), and wake it (``gate.poke()``) when permits get ready."""
-        self._reserve.promised = lambda: gate.reserved
+        """Serve an order gate: fetch ahead the permits its jobs want now
+        (``gate.wanted``), wake it (``gate.poke()``) when they are ready, and give back
+        at once those its jobs no longer want (it calls ``gate.on_change``)."""
+        self._reserve.wanted = lambda: gate.wanted
         self._queue.on_ready = gate.poke
+        queue = self._queue
+
+        def changed() -> None:
+            # After the current tick: a job that stops waiting at the gate to send takes
+            # its permit within the tick, and that one is not surplus.
+            asyncio.get_running_loop().call_soon(queue.check_reserve)
+
+        gate.on_change = changed
 
     def next_free_at(self) -> float | None:
         """When (on ``clock.monotonic()``) a permit should be ready here, for an ETA.
 
-        Asking is taken as demand: the caller still waits with every :meth:`available`
-        permit spoken for, so more are fetched from Redis ahead of their ``acquire``.
+        With an order gate attached, its waiting jobs' permits are fetched now.
         """
-        now = self._clock.monotonic()
-        if self._reserve.ask(now, self.limit):
-            self._queue.kick()  # a pump watching the reserve fetches at once
-        if self._reserve.missing(now):
+        if self._reserve.missing(self.limit):
             self._ensure_pump()
-        return self._queue.next_free_at(now)
+            self._queue.kick()
+        return self._queue.next_free_at(self._clock.monotonic())
 
     def queued(self) -> int:
         """How many acquirers of this process are waiting (others queue in their own)."""
@@ -210,9 +230,11 @@ class RedisOrderLimiter:
     async def acquire(self, *, front: bool = False) -> Permit:
         """Wait for a permit, first come first served; ``front=True`` goes to the head."""
         if front or not self._queue.waiting:
-            ready = await self._take_ready()
+            now = self._clock.monotonic()
+            ready = self._queue.take_ready(now)  # no call: fetched for this job
             if ready is not None:
-                return ready
+                self._held.add(ready.id)
+                return Permit(id=ready.id, acquired_at=now)
         waiter = self._queue.join(front=front)
         self._ensure_pump()
         try:
@@ -220,32 +242,17 @@ class RedisOrderLimiter:
         except asyncio.CancelledError:
             granted = self._queue.leave(waiter)
             if granted is not None:
-                await asyncio.shield(self.release(granted, sent=False))
+                await self.release(granted, sent=False)
             raise
-
-    async def _take_ready(self) -> Permit | None:
-        """A permit from the reserve, made to count for a full lease; ``None`` if none."""
-        while (ready := self._reserve.take()) is not None:
-            self._held.discard(ready.id)
-            try:
-                taken = await self._store.take(ready.id, lease=self._lease)
-            except RedisError:
-                taken = None  # it frees itself soon; the pump says why Redis is away
-            except asyncio.CancelledError:
-                self._held.add(ready.id)
-                await asyncio.shield(self.release(ready, sent=False))
-                raise
-            if taken is not None:  # else expired in Redis, or paused by a 429
-                self._held.add(taken)
-                return Permit(id=taken, acquired_at=self._clock.monotonic())
-        return None
 
     async def release(self, permit: Permit, *, sent: bool) -> None:
         """Give a permit back: ``sent=True`` if the request may have reached the server.
 
-        Never raises for Redis trouble (it runs on the path of an order's answer): a
-        release that cannot be written is logged and left to the permit's lease, which
-        covers the request's timeout + window + margin.
+        Returns at once: the release is written with this process's next call to Redis
+        (an unsent one within the event-loop tick, a sent one within 1 % of a window),
+        dated with its true time. Never raises for Redis trouble (it runs on the path of
+        an order's answer): while Redis is away the permit stays counted, and releases
+        that cannot be written before its lease runs out are logged and left to it.
         """
         try:
             self._held.remove(permit.id)
@@ -254,19 +261,8 @@ class RedisOrderLimiter:
                 f"permit {permit.id} is not held by {self!r}: released twice, or "
                 "acquired from another limiter"
             ) from None
-        try:
-            await self._store.release(permit.id, sent=sent)
-        except RedisError as exc:
-            _log.warning(
-                "order limiter for account %s: could not release a permit in Redis (%s); "
-                "its lease frees it in at most %g s",
-                self._account,
-                exc,
-                self._lease + self.window + self.margin,
-            )
-            return
-        if not sent:
-            self._queue.kick()  # a permit is free now: the head need not sleep on
+        self._queue.release(permit.id, sent=sent)
+        self._ensure_pump()
 
     async def pause(
         self, seconds: float, *, limit: int | None = None, window: float | None = None
@@ -284,18 +280,24 @@ class RedisOrderLimiter:
         check_rate(limit, window)
         stricter = limit < store.limit or window > store.window
         try:
-            await store.pause(seconds, limit=limit, window=window)
+            paused = await store.pause(seconds, limit=limit, window=window)
         except RedisError as exc:
             # Nothing is granted while Redis is away anyway; keep the lesson locally so
             # that this process honours it (and teaches it) once Redis is back.
             _log.warning("order limiter for account %s: pause not shared (%s)", self._account, exc)
             store.limit, store.window = min(store.limit, limit), max(store.window, window)
+            paused = seconds + store.margin
+        queue = self._queue
+        queue.paused_until = max(queue.paused_until, self._clock.monotonic() + paused)
+        queue.drop_reserve()  # fetched before the 429: not to be used during the pause
+        self._ensure_pump()
         if stricter:
             _log.warning("the server's order limit is stricter than ours; now %r", self)
 
     async def in_use(self) -> int:
-        """How many permits of the account count right now, in every process."""
-        return await self._store.count(lease=self._lease)
+        """How many permits of the account count right now, in every process (after
+        writing this process's queued releases)."""
+        return await self._queue.flush()
 
     async def aclose(self) -> None:
         """Stop waiting, give back permits fetched ahead, close a pool this limiter made."""
@@ -303,8 +305,18 @@ class RedisOrderLimiter:
             self._pump.cancel()
             await asyncio.gather(self._pump, return_exceptions=True)
         self._queue.cancel_all()
-        for permit in self._reserve.clear():
-            await self.release(permit, sent=False)
+        self._queue.drop_reserve()
+        if self._queue.unwritten:
+            try:
+                await self._queue.flush()
+            except RedisError as exc:
+                _log.warning(
+                    "order limiter for account %s: could not give back %d permit(s) in Redis "
+                    "(%s); their leases free them",
+                    self._account,
+                    self._queue.unwritten,
+                    exc,
+                )
         if self._owned_client is not None:
             client, self._owned_client = self._owned_client, None
             await client.aclose()
