@@ -231,7 +231,7 @@ async def _fifty_concurrent_ships(webapp: WebApp, sandbox: SandboxServer) -> Non
             assert ref in before_wire
 
     # Cancelled after the wire: a slow answer (the order IS created) its caller abandons.
-    control.add_fault("delay_after", "/orders", method="POST", seconds=60, count=2)
+    control.add_fault("delay_after", "/orders", method="POST", seconds=60, count=3)
     after_wire = ["W-50", "W-51"]
     late = {ref: asyncio.create_task(webapp.ship(ref)) for ref in after_wire}
     await _until(lambda: all(posts(sandbox, ref) for ref in after_wire), "the POSTs")
@@ -240,6 +240,13 @@ async def _fifty_concurrent_ships(webapp: WebApp, sandbox: SandboxServer) -> Non
     for task in late.values():
         with pytest.raises(asyncio.CancelledError):
             await task
+    # Timed out by its caller's own bound (asyncio.timeout, 0.3 s; the answer takes 0.6):
+    # before the wire or on it, whichever the loaded machine made it (checked below).
+    timed_out = "W-52"
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.3):
+            await webapp.ship(timed_out)
+    control.clear_faults()  # the third slow answer, if W-52 never sent its order
 
     # Lost answers and 5xx: the callers retry with the same reference.
     unknown = [ref for ref, answer in answers.items() if answer.status_code == 502]
@@ -285,17 +292,23 @@ async def _fifty_concurrent_ships(webapp: WebApp, sandbox: SandboxServer) -> Non
         (order_id,) = [r.order_id for r in posts(sandbox, ref) if r.order_id is not None]
         assert answer.json()["order_id"] == order_id
 
-    # Every cancelled create: provably not sent, or recorded with its id or as unknown.
+    # Every cancelled or timed-out create: provably not sent, or recorded with its id or
+    # as unknown.
     recorded = {report.customer_reference: report for report in webapp.cancelled}
-    for ref in before_wire + after_wire:
+    for ref in [*before_wire, *after_wire, timed_out]:
         sent = [r for r in posts(sandbox, ref) if r.order_id is not None]
+        report = recorded.get(ref)
         if not posts(sandbox, ref):
-            assert recorded[ref].outcome == "not_sent"  # and it says so
+            # Never reached the server (and said so, if it got as far as orders.create).
+            assert report is None or report.outcome == "not_sent"
         elif sent:
-            assert (recorded[ref].outcome, recorded[ref].order_id) == ("created", sent[0].order_id)
+            assert report is not None
+            assert (report.outcome, report.order_id) == ("created", sent[0].order_id)
         else:
-            assert recorded[ref].outcome in ("unknown", "not_created")
+            assert report is not None
+            assert report.outcome in ("unknown", "not_created")
     assert all(not posts(sandbox, ref) for ref in before_wire)
+    assert [recorded[ref].outcome for ref in before_wire] == ["not_sent"] * 5
     assert [recorded[ref].outcome for ref in after_wire] == ["created", "created"]
 
     # The 429s were absorbed: no caller saw one, and every order went out once.
