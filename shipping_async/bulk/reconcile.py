@@ -220,7 +220,7 @@ class EvidenceRules:
                 pause = every
             else:
                 for settled in report.settled:
-                    _log.info("job %s settled from evidence: %s", settled.key, settled.evidence)
+                    _log.info("%s settled from evidence: %s", settled.key, settled.evidence)
                 busy = report.settled or report.resent or any(r.waiting for r in report.remaining)
                 pause = every if busy else min(pause * 2, max(most, every))
             finally:

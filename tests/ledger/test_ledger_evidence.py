@@ -19,6 +19,7 @@ from resources.support import order_request, quote_request
 
 from shipping_async import (
     AsyncShippingClient,
+    ConfigurationError,
     LedgerReconciler,
     OrderOutcomeUnknownError,
     SQLiteOrderLedger,
@@ -254,3 +255,34 @@ async def test_silence_frees_only_the_unknown_entry_it_judged_never_a_claim_made
     claim = await ledger.get("R-2")
     assert claim is not None
     assert claim.state == "sending"
+
+
+class _BareLedger:
+    """An OrderLedger of the user's own that keeps no evidence (its methods unused here)."""
+
+    async def claim(self, customer_reference: str) -> None: ...
+    async def record_order(self, customer_reference: str, order_id: int, answer: bytes) -> None: ...
+    async def record_unknown(self, customer_reference: str, detail: str) -> None: ...
+    async def forget(self, customer_reference: str) -> None: ...
+    async def resolve(self, customer_reference: str, **kwargs: object) -> None: ...
+    async def get(self, customer_reference: str) -> None: ...
+    async def unresolved(self) -> list[Any]: ...
+    async def aclose(self) -> None: ...
+
+
+async def test_settling_from_webhooks_says_what_is_missing_before_anything_runs() -> None:
+    receiver = WebhookReceiver(lambda event: asyncio.sleep(0), token="t")
+    async with AsyncShippingClient("token", base_url="http://127.0.0.1:9") as client:
+        with pytest.raises(ConfigurationError, match="needs a client with an order_ledger"):
+            async with settle_from_webhooks(client, receiver):
+                pass
+    bare = _BareLedger()
+    assert isinstance(bare, OrderLedger)
+    async with AsyncShippingClient(
+        "token",
+        base_url="http://127.0.0.1:9",
+        order_ledger=bare,  # type: ignore[arg-type]
+    ) as client:
+        with pytest.raises(ConfigurationError, match="keeps no order_received evidence"):
+            async with settle_from_webhooks(client, receiver):
+                pass
