@@ -7,11 +7,14 @@ façades over it). Its seams, for whoever builds on it:
 - **The journal protocol** (:class:`~shipping_async.bulk.journal.Journal`): every job is
   claimed before it is worked on and every write names the claim's token, on SQLite as on
   PostgreSQL. A task whose claim went stale stops quietly (logged at INFO with the key).
-- **A job source.** :meth:`Runner.drain` claims every workable job of every account that
-  has work, polling until none is left (a worker). :meth:`Runner.run` takes a ``feed``
-  coroutine instead, which adds jobs to the journal and hands their keys over with
-  :meth:`Runner.want` (a batch, a queue); the runner claims exactly those and ends once
-  the feed has returned and every wanted job is settled.
+- **A job source.** :meth:`Runner.drain` claims the workable jobs of every account that
+  has work until none is left (a worker): one journal call claims for many accounts, at
+  most twice ``max_in_flight`` jobs held at once, one at a time round the accounts, and
+  only once a quarter of that budget is free; the accounts are listed again every poll.
+  :meth:`Runner.run` takes a ``feed`` coroutine instead, which adds jobs to the journal
+  and hands their keys over with :meth:`Runner.want` (a batch, a queue); the runner
+  claims exactly those and ends once the feed has returned and every wanted job is
+  settled.
 - **Per-job results** are yielded as each job finishes.
 - :meth:`Runner.stop` returns at once: nothing more is claimed, no new order starts, and
   what was sent finishes; jobs not started are released untouched.

@@ -2,10 +2,12 @@
 
 Any number of workers, on any number of hosts, run :meth:`Worker.run` against one
 PostgreSQL journal (or one process against a SQLite file). Each account gets a *lane*
-(its client, order limiter, pipeline and gate); a lane claims as many jobs as it has free
-places, and polls for more until its account has no unfinished job left - including jobs
-leased by other workers, because a worker that dies leaves its jobs to be taken over
-once their lease runs out. See :mod:`shipping_async.bulk._runner`.
+(its client, order limiter, pipeline and gate). The worker claims for all its lanes in
+one journal call, at most twice ``max_in_flight`` jobs at once, one at a time round the
+accounts, and lists the accounts with work again every poll until none has an
+unfinished job left - including jobs leased by other workers, because a worker that
+dies leaves its jobs to be taken over once their lease runs out. See
+:mod:`shipping_async.bulk._runner`.
 """
 
 from __future__ import annotations
@@ -38,9 +40,10 @@ class Worker:
     ``lease`` (real seconds, whatever the speed of ``clock``: it guards against real
     failures, not protocol time) is how long a claimed job stays this worker's without
     renewal: after a crash, others take its jobs over that much later. Leases are renewed
-    every third of it; the journal is polled for jobs every tenth. ``concurrency`` bounds
-    the jobs claimed per account; ``max_in_flight`` the jobs doing requests at once across
-    all accounts (first come, first served), sized for one core by default.
+    every third of it; the accounts with work are listed every tenth. ``concurrency``
+    bounds the jobs claimed per account; ``max_in_flight`` the jobs doing requests at once
+    across all accounts (first come, first served), sized for one core by default, and
+    twice it the jobs claimed at once.
     """
 
     def __init__(

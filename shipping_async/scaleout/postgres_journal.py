@@ -7,9 +7,11 @@ rules). What sharing adds:
   workers never wait for each other and never get the same job. A job stays leased until
   ``lease_until``; a worker that dies stops renewing, and after its lease any worker takes
   the job over from the state it reached.
-- Every claim sets a new ``claim_token`` (``gen_random_uuid()``) and every write is one
+- Every claim sets a new ``claim_token`` (``gen_random_uuid()``) and every write is an
   ``UPDATE ... WHERE key = $key AND claim_token = $token``: a task whose claim went stale
-  (even one of the same worker) changes nothing. ``begin_order`` adds ``state =
+  (even one of the same worker) changes nothing. Writes of many jobs that arrive together
+  go as one statement, one commit (:mod:`~shipping_async.scaleout._pg_writes`); the
+  order intent goes alone, at once. ``begin_order`` adds ``state =
   'quoted' AND lease_until > now()``: the order step is claimed and the intent recorded in
   the same statement, so of two tasks that both think they own a job, at most one sends.
 - A job found in ``ordering`` whose lease ran out had its worker die with POST /orders
