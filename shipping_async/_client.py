@@ -24,6 +24,7 @@ from shipping_async._http import RequestOptions, Secret, configure_logging, exch
 from shipping_async._order_wait import Settle
 from shipping_async._retry import Operation, RetryPolicy
 from shipping_async._send import send_with_retries
+from shipping_async._send_gate import send_gate
 from shipping_async.clock import Clock, ScaledClock, SystemClock
 from shipping_async.errors import ConfigurationError
 from shipping_async.limiter import OrderLimiter, RollingWindowLimiter
@@ -438,6 +439,7 @@ class AsyncShippingClient:
                     clock=self._clock,
                     json_body=json_body,
                     form=form,
+                    gate=send_gate.get(),
                     on_status=observed.status,
                     max_response_bytes=self._max_response_bytes,
                 )
@@ -452,4 +454,6 @@ class AsyncShippingClient:
                 max_wait=_check_max_wait(max_wait) if order_limited else None,
                 settle=settle,
                 before_send=before_send,
+                # A JSON body opens the gate itself, right before it is written.
+                gate_at_write=form is None and json_body is not None,
             )

@@ -25,6 +25,7 @@ from shipping_async._bounded import (
     read_capped,
 )
 from shipping_async._retry import parse_retry_after
+from shipping_async._send_gate import GatedBody, SendGate
 from shipping_async._version import __version__
 from shipping_async.clock import Clock
 from shipping_async.errors import (
@@ -146,12 +147,15 @@ async def exchange(
     clock: Clock,
     json_body: bytes | None = None,
     form: Callable[[], aiohttp.FormData] | None = None,
+    gate: SendGate | None = None,
     on_status: Callable[[int], object] | None = None,
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
 ) -> T:
     """Send one request and return ``parse(body)`` of a 2xx answer.
 
     ``on_status`` hears the answer's status as soon as it is read (for the client hooks).
+    ``gate`` (an order's, opened at the write): the JSON body opens it right before it
+    is written (:class:`~shipping_async._send_gate.GatedBody`).
 
     Raises the status error for 3xx-5xx (built by
     :func:`~shipping_async.errors.error_for_status`), ``APITimeoutError`` or
@@ -160,7 +164,9 @@ async def exchange(
     """
     # The revealed header dict is never a local of this frame (nor is the token): frames
     # that raise keep their locals, and whatever prints them would print the token.
-    data: bytes | aiohttp.FormData | None = form() if form is not None else json_body
+    data: bytes | aiohttp.FormData | GatedBody | None = form() if form is not None else json_body
+    if gate is not None and gate.at_write and json_body is not None and form is None:
+        data = GatedBody(json_body, gate)
     loop = asyncio.get_running_loop()
     started = loop.time()
     if _log.isEnabledFor(logging.DEBUG):
@@ -234,7 +240,7 @@ async def _send(
     method: str,
     url: str,
     *,
-    data: bytes | aiohttp.FormData | None,
+    data: bytes | aiohttp.FormData | GatedBody | None,
     token: Secret,
     json: bool,
     limits: aiohttp.ClientTimeout,

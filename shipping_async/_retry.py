@@ -16,10 +16,11 @@ The rules (kept here and nowhere else):
   ``sent=False`` only when the request never left; a 429 pauses the limiter and re-sends
   the order at the front of its queue, at most ``max_rate_limit_retries`` times.
 - A caller that journals its orders (the bulk runner) sets :data:`order_intent` around
-  the call: its ``granted()`` runs when a permit is granted, immediately before the
-  request is written (the intent is the send), and its ``withdrawn()`` as soon as an
-  answer proves nothing was created (a 429, a connection that never opened), before any
-  wait. Nothing waits in the limiter, a pause or a backoff with an intent recorded.
+  the call: its ``granted()`` runs once a permit is granted and the connection is open,
+  inside the writing of the request (the intent is the send, see
+  :mod:`shipping_async._send_gate`), and its ``withdrawn()`` as soon as an answer proves
+  nothing was created (a 429), before any wait. A connection that never opens records
+  no intent. Nothing waits in the limiter, a pause or a backoff with an intent recorded.
 
 backoff (no release since 2022) is only used for its wait generators, in
 :meth:`RetryPolicy.delays`; swapping it for tenacity's ``wait_random_exponential`` touches
@@ -80,7 +81,15 @@ _IDEMPOTENT_POSTS = frozenset({"create_quote"})
 
 
 class OrderIntent(Protocol):
-    """Journals an order's intent exactly around its sends (see the module docstring)."""
+    """Journals an order's intent exactly around its sends (see the module docstring).
+
+    ``immediate``: ``granted()`` can be cancelled only before its commit starts and
+    returns right after it, without yielding to the event loop (then nothing runs
+    between the commit and the request's write).
+    """
+
+    @property
+    def immediate(self) -> bool: ...
 
     async def granted(self) -> None:
         """A permit is granted: record the intent now (raise to send nothing)."""
@@ -191,11 +200,13 @@ def decide(
     retries: int,
     rate_limited: int,
     limited: bool,
+    written: bool = True,
 ) -> Retry | ShippingError:
     """What to do after ``error``: a :class:`Retry`, or the error to raise.
 
     ``retries`` re-sends were made so far for transport errors, 5xx and 429s,
     ``rate_limited`` for 429s of a limited order (``limited``: it holds limiter permits).
+    ``written=False``: the request certainly never left (whatever ``error`` says).
     """
     if isinstance(error, RateLimitError):
         if limited:
@@ -212,7 +223,7 @@ def decide(
     if isinstance(error, APIStatusError):
         return error
     if isinstance(error, APIConnectionError):
-        if operation.idempotent or never_written(error):
+        if operation.idempotent or not written or never_written(error):
             return _bounded(Retry(), error, retries, policy)
         return _outcome_unknown(error, operation)
     if isinstance(error, APIResponseValidationError) and not operation.idempotent:

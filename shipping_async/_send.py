@@ -2,14 +2,16 @@
 
 The rules are drawn in :mod:`shipping_async._retry`, whose :func:`~shipping_async._retry.decide`
 says what follows a failure; this module carries them out: a permit of the order limiter
-per attempt and its release as the answer says, the order intent recorded at the grant and
-withdrawn once nothing was created, the limiter's pause after a 429, the backoff between
-other re-sends, and a cancelled caller's answer read to the end.
+per attempt and its release as the answer says, the order intent recorded at the request's
+write (:mod:`shipping_async._send_gate`) and withdrawn once nothing was created, the
+limiter's pause after a 429, the backoff between other re-sends, and a cancelled caller's
+answer read to the end.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -23,12 +25,14 @@ from shipping_async._order_wait import (
 )
 from shipping_async._retry import (
     Operation,
+    OrderIntent,
     Retry,
     RetryPolicy,
     decide,
     never_written,
     order_intent,
 )
+from shipping_async._send_gate import SendGate, send_gate, stopped_at
 from shipping_async.clock import Clock
 from shipping_async.errors import (
     APIError,
@@ -37,7 +41,7 @@ from shipping_async.errors import (
     RateLimitError,
     ShippingError,
 )
-from shipping_async.limiter import OrderLimiter
+from shipping_async.limiter import OrderLimiter, Permit
 
 __all__ = ["MAX_LEARNED_SECONDS", "send_with_retries"]
 
@@ -60,6 +64,7 @@ async def send_with_retries(
     max_wait: float | None = None,
     settle: Settle | None = None,
     before_send: Callable[[float], Awaitable[None]] | None = None,
+    gate_at_write: bool = False,
 ) -> T:
     """Run ``attempt`` until it succeeds or :func:`decide` says to raise.
 
@@ -71,7 +76,11 @@ async def send_with_retries(
     abandon it: the answer is read, the permit released accordingly, ``settle`` gets the
     result (or error), then the ``CancelledError`` goes on. ``before_send(waited)`` runs
     once a permit is held, with the seconds waited for permits so far; if it raises,
-    the permit goes back unused and its error goes up.
+    the permit goes back unused and its error goes up. ``gate_at_write``: ``attempt``
+    opens the attempt's :class:`~shipping_async._send_gate.SendGate` (found in
+    :data:`~shipping_async._send_gate.send_gate`) itself right before it writes the
+    request (a :class:`~shipping_async._send_gate.GatedBody`); otherwise it is opened just
+    before ``attempt``. The gate records the order intent.
     """
     delays = policy.delays()
     retries = rate_limited = 0
@@ -99,13 +108,17 @@ async def send_with_retries(
                 except BaseException:
                     await limiter.release(permit, sent=False)
                     raise
+        gate = None
         if intent is not None and limiter is not None and permit is not None:
-            try:
-                await intent.granted()
-            except BaseException:
-                await limiter.release(permit, sent=False)
-                raise
+            gate = SendGate(intent.granted, at_write=gate_at_write, immediate=intent.immediate)
+            if not gate.at_write:
+                try:
+                    await gate.open()
+                except BaseException:
+                    await _not_sent(limiter, permit, intent)
+                    raise
         owned: asyncio.Future[T] | None = None
+        context = send_gate.set(gate)
         try:
             if settle is not None and limiter is not None:
                 # Our own task, so that a cancelled caller can leave it running.
@@ -119,23 +132,44 @@ async def send_with_retries(
             if owned is not None and limiter is not None and permit is not None:
                 assert settle is not None
                 await finish_abandoned(
-                    owned, limiter=limiter, permit=permit, sent=_may_have_arrived, settle=settle
+                    owned,
+                    limiter=limiter,
+                    permit=permit,
+                    sent=functools.partial(_may_have_arrived, gate=gate),
+                    settle=settle,
                 )
             elif limiter is not None and permit is not None:
-                await limiter.release(permit, sent=True)
+                await _settled(gate)
+                if stopped_at(gate):
+                    await _not_sent(limiter, permit, intent)
+                else:
+                    await limiter.release(permit, sent=True)
             raise
         except BaseException:
-            # A bug mid-request: the request may have been written.
             if limiter is not None and permit is not None:
-                await limiter.release(permit, sent=True)
+                await _settled(gate)
+                if stopped_at(gate):
+                    await _not_sent(limiter, permit, intent)
+                else:
+                    # A bug mid-request: the request may have been written.
+                    await limiter.release(permit, sent=True)
             raise
         else:
             if limiter is not None and permit is not None:
                 await limiter.release(permit, sent=True)
             return result
+        finally:
+            send_gate.reset(context)
+        await _settled(gate)
+        if stopped_at(gate) and gate is not None and limiter is not None and permit is not None:
+            refusal = gate.refusal()
+            if refusal is not None:  # the intent itself was refused: nothing was sent
+                await _not_sent(limiter, permit, intent)
+                raise refusal from None
+        written = not stopped_at(gate) and not never_written(error)
         if limiter is not None and permit is not None:
-            await limiter.release(permit, sent=not never_written(error))
-        if intent is not None and (isinstance(error, RateLimitError) or never_written(error)):
+            await limiter.release(permit, sent=written)
+        if intent is not None and (isinstance(error, RateLimitError) or not written):
             await intent.withdrawn()  # proven not created: no intent waits or fails
         step = decide(
             error,
@@ -144,6 +178,7 @@ async def send_with_retries(
             retries=retries,
             rate_limited=rate_limited,
             limited=limiter is not None,
+            written=written,
         )
         if isinstance(step, ShippingError):
             if isinstance(step, OutcomeUnknownError):
@@ -208,8 +243,23 @@ async def _pause_after_429(
     await limiter.pause(seconds, limit=limit, window=real_window)
 
 
-def _may_have_arrived(error: BaseException | None) -> bool:
+def _may_have_arrived(error: BaseException | None, *, gate: SendGate | None) -> bool:
+    if stopped_at(gate):
+        return False
     return error is None or not never_written(error)
+
+
+async def _settled(gate: SendGate | None) -> None:
+    if gate is not None:
+        await asyncio.shield(gate.settled())
+
+
+async def _not_sent(limiter: OrderLimiter, permit: Permit, intent: OrderIntent | None) -> None:
+    """The request was never written: the permit goes back unused, the intent (if it was
+    recorded before a cancellation reached the gate) is taken back."""
+    await limiter.release(permit, sent=False)
+    if intent is not None:
+        await asyncio.shield(intent.withdrawn())
 
 
 def _learnable(seconds: float | None, what: str, error: APIError) -> float | None:

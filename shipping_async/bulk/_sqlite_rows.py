@@ -8,7 +8,7 @@ import os
 import sqlite3
 from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -29,6 +29,8 @@ from shipping_async.bulk.journal import (
     JournalDataError,
     JournalError,
 )
+
+T = TypeVar("T")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -134,6 +136,20 @@ def commit_batch(db: sqlite3.Connection, batch: list[Write]) -> list[tuple[bool,
             db.execute("ROLLBACK")
         raise
     return outcomes
+
+
+def commit_one(db: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+    """``fn`` in a transaction of its own: its result once committed, or what it raised
+    (rolled back)."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        value = fn(db)
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+    return value
 
 
 def expire_orders(

@@ -248,6 +248,11 @@ class Journal(Protocol):
         Only from ``QUOTED`` (:class:`JournalStateError` otherwise) and only under the
         current claim with its lease live (:class:`LeaseLostError`). Write it when the
         order's permit is granted, then send at once; never the other way round.
+
+        A store whose class sets ``immediate_intents = True`` commits it on the event
+        loop's thread: a cancellation can only land before the commit starts, and the
+        call returns right after the commit without yielding to the loop, so that the
+        request's write follows with nothing in between.
         """
         ...
 

@@ -527,7 +527,7 @@ class _Claim:
 
 
 class _Intent:
-    """The order intent of one send: written on the permit grant, withdrawn on proof."""
+    """The order intent of one send: written right before the request, withdrawn on proof."""
 
     __slots__ = ("_estimate_id", "_job", "_quote_id", "_recorded")
 
@@ -536,6 +536,11 @@ class _Intent:
         self._quote_id = quote_id
         self._estimate_id = estimate_id
         self._recorded = False
+
+    @property
+    def immediate(self) -> bool:
+        """Whether the journal commits the intent with nothing run after it (SQLite)."""
+        return bool(getattr(self._job.pipeline._journal, "immediate_intents", False))
 
     async def granted(self) -> None:
         pipeline, job = self._job.pipeline, self._job
@@ -554,7 +559,8 @@ class _Intent:
             await job.hold()
             record = await begin()
         self._recorded = True
-        pipeline._observe(record)
+        # The request is written right after this returns: the observers hear it later.
+        asyncio.get_running_loop().call_soon(pipeline._observe, record)
 
     async def withdrawn(self) -> None:
         await self.withdraw()

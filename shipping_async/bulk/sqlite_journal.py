@@ -6,7 +6,11 @@ no capability. Owning the thread lets writes be *group-committed*: every write q
 while a commit is running goes into the next transaction, each in its own savepoint, and
 every caller is answered only after that transaction is on disk. One fsync then serves
 dozens of jobs, so ``synchronous=FULL`` (durable across a power cut, not only a crash)
-costs little at thousands of jobs per minute.
+costs little at thousands of jobs per minute. The one exception is the order intent
+(``begin_order``): it is committed alone, on the event loop's thread, once the connection
+is free, and returns without yielding, so that its request is written right after the
+commit with nothing in between (a crash in between leaves the job ``unknown`` though the
+server never heard of it); see :mod:`shipping_async._send_gate`.
 
 WAL mode keeps a commit to one sequential append to the log. ``locking_mode=EXCLUSIVE``
 holds the file for the life of the connection: a second process opening the same
@@ -25,7 +29,7 @@ from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequen
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Self, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 from shipping_async.bulk._journal_store import (
     JOB_ENCODER,
@@ -47,6 +51,7 @@ from shipping_async.bulk._sqlite_rows import (
     Write,
     claim_row,
     commit_batch,
+    commit_one,
     connect,
     expire_orders,
     intent_ages,
@@ -90,9 +95,15 @@ class SQLiteJournal(JournalStore):
             records = await journal.add(jobs)
     """
 
+    #: ``begin_order`` commits on the event loop's thread (see the module docstring).
+    immediate_intents: ClassVar[bool] = True
+
     def __init__(self, connection: sqlite3.Connection, executor: ThreadPoolExecutor, clock: Clock):
         self._db = connection
         self._executor = executor
+        # Held by whoever uses the connection: the writer thread's batch, a read, or an
+        # order intent committed on the loop's thread.
+        self._connection = asyncio.Lock()
         self._clock = clock
         self._pending: list[Write] = []
         self._flusher: asyncio.Task[None] | None = None
@@ -338,7 +349,8 @@ class SQLiteJournal(JournalStore):
         if self._flusher is not None:
             await asyncio.shield(self._flusher)
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self._db.close)
+        async with self._connection:
+            await loop.run_in_executor(self._executor, self._db.close)
         self._executor.shutdown(wait=True)
 
     # -- the writer ----------------------------------------------------------------------
@@ -373,12 +385,35 @@ class SQLiteJournal(JournalStore):
                 lease = (record.lease_owner, until, token)
             return store_state(db, record, state, fields, now.isoformat(), lease=lease)
 
+        if state is JobState.ORDERING:
+            return await self._write_here(change)
         return await self._write(change)
 
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         if self._closed:
             raise JournalError("the journal is closed")
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, self._db)
+        async with self._connection:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, fn, self._db)
+
+    async def _write_here(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Commit ``fn`` alone on the loop's thread once the connection is free.
+
+        For the order intent: its request is written right after this returns, and
+        between the commit and that write nothing else may run (no other task, no
+        wake-up from the writer thread, which a loaded machine can delay by tens of
+        milliseconds). One fsync per intent; other writes keep their group commit.
+        """
+        if self._closed:
+            raise JournalError("the journal is closed")
+        async with self._connection:
+            # No await from here on; a cancellation lands before the commit or not at all.
+            try:
+                return commit_one(self._db, fn)
+            except sqlite3.Error as exc:
+                raise JournalError(
+                    f"the journal file cannot be written ({exc}): make room or fix its "
+                    "permissions, then resume"
+                ) from None
 
     async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         if self._closed:
@@ -396,7 +431,10 @@ class SQLiteJournal(JournalStore):
         while self._pending:
             batch, self._pending = self._pending, []
             try:
-                outcomes = await loop.run_in_executor(self._executor, commit_batch, self._db, batch)
+                async with self._connection:
+                    outcomes = await loop.run_in_executor(
+                        self._executor, commit_batch, self._db, batch
+                    )
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the commit itself failed: nobody's write stands

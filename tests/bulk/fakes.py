@@ -16,6 +16,7 @@ from typing import Any
 
 from shipping_async._retry import Operation, RetryPolicy
 from shipping_async._send import send_with_retries
+from shipping_async._send_gate import send_gate
 from shipping_async.clock import ManualClock
 from shipping_async.errors import APIError, RateLimitError
 from shipping_async.limiter import RollingWindowLimiter
@@ -73,6 +74,9 @@ class _Orders:
         reference = request.customer_reference or ""
 
         async def attempt() -> Order:
+            gate = send_gate.get()
+            if gate is not None:  # as the client's JSON body does, right before its write
+                await gate.open()
             api.sent.append(reference)  # on the wire
             if api.answers:
                 answer = api.answers.pop(0)
@@ -94,6 +98,7 @@ class _Orders:
             policy=RetryPolicy(max_retries=0),
             clock=api.clock,
             limiter=api.order_limiter,
+            gate_at_write=True,
         )
 
     async def get(self, order_id: int, /) -> Order:
