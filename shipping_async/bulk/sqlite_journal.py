@@ -385,7 +385,7 @@ class SQLiteJournal(JournalStore):
                 lease = (record.lease_owner, until, token)
             return store_state(db, record, state, fields, now.isoformat(), lease=lease)
 
-        if state is JobState.ORDERING:
+        if JobState.ORDERING in (state, require):  # the intent, or taking it back
             return await self._write_here(change)
         return await self._write(change)
 
@@ -401,7 +401,9 @@ class SQLiteJournal(JournalStore):
         For the order intent: its request is written right after this returns, and
         between the commit and that write nothing else may run (no other task, no
         wake-up from the writer thread, which a loaded machine can delay by tens of
-        milliseconds). One fsync per intent; other writes keep their group commit.
+        milliseconds). Its withdrawal after a 429 likewise, so that a crash right after
+        the answer finds the job quoted. One fsync each; other writes keep their group
+        commit.
         """
         if self._closed:
             raise JournalError("the journal is closed")

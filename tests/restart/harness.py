@@ -15,8 +15,10 @@ kinds:
 
 Everything is judged from the sandbox's request log, never from our journal: orders
 created per ``customer_reference``, 429s and when they came, and for every job the last
-run reports ``unknown``, whether a POST /orders for it ever reached the server. Used by
-``tests/restart`` (few cycles) and ``benchmarks/kill_resume.py`` (20).
+run reports ``unknown``, whether its request was on the wire when its process died: its
+last POST /orders reached the server (answered other than 429, or not answered at all)
+and nothing after it used the answer (no later request names the order it created).
+Used by ``tests/restart`` (few cycles) and ``benchmarks/kill_resume.py`` (20).
 """
 
 from __future__ import annotations
@@ -35,13 +37,10 @@ from pathlib import Path
 
 import msgspec
 
-from shipping_async.bulk._recent_orders import SEND_ALLOWANCE
-from shipping_async.bulk.journal import JobState
 from shipping_async.bulk.readers import read_jobs
 from shipping_async.limiter import DEFAULT_MARGIN_SHARE
 from shipping_async.sandbox import SandboxServer
 from shipping_async.sandbox._log import RequestRecord
-from shipping_async.scaleout.factory import open_journal
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "shipments.csv"
@@ -64,12 +63,9 @@ class Cycle:
     statuses: dict[str, str] = field(default_factory=dict)  # the last run's report
     unknown: list[str] = field(default_factory=list)
     unknown_never_created: list[str] = field(default_factory=list)
-    unknown_never_sent: list[str] = field(default_factory=list)  # no POST reached the server
-    # Of those: intent recorded at most SEND_ALLOWANCE before the kill that ended its run
-    # (the kill fell between the intent and the first byte, which no design avoids) ...
-    unknown_in_send_gap: list[str] = field(default_factory=list)
-    # ... or recorded long before: the job waited with its intent recorded (issue 13 item 1)
-    unknown_waited: list[str] = field(default_factory=list)
+    # Unknown, but the log shows no request of theirs on the wire unanswered-for: the kill
+    # fell between the intent and the first byte, or the job waited with its intent.
+    unknown_not_on_wire: list[str] = field(default_factory=list)
     restart_429s: int = 0  # organic 429s within window + margin of a restarted run's start
     other_429s: int = 0  # organic 429s elsewhere
     injected_429s: int = 0  # the sandbox's own fault answers (the 'pause' kills)
@@ -288,7 +284,6 @@ async def run_cycle(
         await asyncio.to_thread((folder / "runs.txt").write_text, notes)
         last = runner.folder / f"results{runner.runs - 1}.jsonl"
         judge(cycle, log, runner.starts, last, keys, speed=speed)
-        await split_never_sent(cycle, journal, runner.kill_times)
         if cycle.exit_codes[-1] not in (0, 1):
             raise AssertionError(f"the last run exited {cycle.exit_codes[-1]}:\n{runner.logs()}")
     return cycle
@@ -313,7 +308,6 @@ def judge(
     cycle.created.update(
         record.customer_reference or "" for _, record in orders if record.order_id is not None
     )
-    reached = {record.customer_reference for _, record in orders if record.status != 429}
     decoder = msgspec.json.Decoder(dict[str, object])
     for line in results.read_bytes().splitlines():
         if line.strip():
@@ -321,7 +315,7 @@ def judge(
             cycle.statuses[str(row["key"])] = str(row["status"])
     cycle.unknown = sorted(key for key, status in cycle.statuses.items() if status == "unknown")
     cycle.unknown_never_created = [key for key in cycle.unknown if cycle.created[key] == 0]
-    cycle.unknown_never_sent = [key for key in cycle.unknown if key not in reached]
+    cycle.unknown_not_on_wire = [key for key in cycle.unknown if not on_the_wire(key, log)]
     # A restarted run's first window + margin, on the sandbox clock, from its first request.
     hold = WINDOW * (1 + DEFAULT_MARGIN_SHARE)
     restart_windows = []
@@ -345,27 +339,25 @@ def judge(
     cycle.bound = (-(-len(keys) // LIMIT) - 1) * WINDOW / speed
 
 
-async def split_never_sent(cycle: Cycle, journal: str, kill_times: list[float]) -> None:
-    """Tell the never-sent unknown jobs that died in the send gap from those that waited.
+def on_the_wire(key: str, log: list[RequestRecord]) -> bool:
+    """Whether ``key``'s order request was on the wire, its answer never recorded.
 
-    The sandbox says the job's POST never arrived; the journal says when its intent was
-    recorded (real wall-clock time), the harness when it killed each run.
+    From the log alone: the last POST /orders for ``key`` reached the server (answered
+    other than 429, which proves nothing was created, or not answered at all), and no
+    later request names the order it created (a run that recorded the answer goes on
+    to that order's waybill).
     """
-    if not cycle.unknown_never_sent:
-        return
-    store = await open_journal(journal)
-    try:
-        intents = {
-            record.key: record.order_intent_at
-            async for record in store.records(states=[JobState.UNKNOWN])
-        }
-    finally:
-        await store.close()
-    for key in cycle.unknown_never_sent:
-        stamp = intents.get(key)
-        at = stamp.timestamp() if stamp is not None else None
-        kill = min((t for t in kill_times if at is not None and t >= at), default=None)
-        if at is not None and kill is not None and kill - at <= SEND_ALLOWANCE:
-            cycle.unknown_in_send_gap.append(key)
-        else:
-            cycle.unknown_waited.append(key)
+    posts = [
+        index
+        for index, record in enumerate(log)
+        if record.method == "POST" and record.path == "/orders"
+        if record.customer_reference == key
+    ]
+    if not posts or log[posts[-1]].status == 429:
+        return False
+    order_id = log[posts[-1]].order_id
+    if order_id is None:
+        return True
+    path = f"/orders/{order_id}"
+    later = log[posts[-1] + 1 :]
+    return not any(r.path == path or r.path.startswith(path + "/") for r in later)
