@@ -408,6 +408,8 @@ class SQLiteJournal(JournalStore):
         if self._closed:
             raise JournalError("the journal is closed")
         async with self._connection:
+            if self._closed:
+                raise JournalError("the journal is closed")
             # No await from here on; a cancellation lands before the commit or not at all.
             try:
                 return commit_one(self._db, fn)
