@@ -20,7 +20,8 @@ import aiohttp
 import pytest
 
 from shipping_async import AsyncShippingClient
-from shipping_async._retry import Operation, RetryPolicy, order_intent, send_with_retries
+from shipping_async._retry import Operation, RetryPolicy, order_intent
+from shipping_async._send import send_with_retries
 from shipping_async._send_gate import GatedBody
 from shipping_async.bulk import _sqlite_rows, sqlite_journal
 from shipping_async.bulk._gate import OrderGate
