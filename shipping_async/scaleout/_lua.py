@@ -13,7 +13,9 @@ Keys (one account, one hash tag, so Redis Cluster keeps them on one slot):
   ``released`` (``sent=True``) or is removed (``sent=False``). A permit is counted until
   ``score + window + margin`` - the in-process limiter's rule, shared.
 - ``KEYS[2]`` state, a hash: ``limit``/``window`` learned from 429s (only ever stricter),
-  ``paused_until`` after a 429, and ``epoch``/``born``, which name this copy of the data.
+  ``paused_until`` after a 429, ``epoch``/``born``, which name this copy of the data, and
+  ``next``/``next_wanted``/``next_until``: the process first in line for the permits that
+  free next, how many it wants, and until when the line is kept for it.
 
 Common arguments: ``ARGV[1]`` configured limit, ``ARGV[2]`` configured window (us),
 ``ARGV[3]`` margin (us, or -1 for ``margin_share`` of the window), ``ARGV[4]`` margin
@@ -68,7 +70,8 @@ end
 
 #: Everything one process has for the account, in one round trip: ``ARGV[8]`` lease (us),
 #: ``ARGV[9]`` ahead (us), ``ARGV[10]`` the number R of releases, ``ARGV[11]`` how many of
-#: the wanted ids are for waiters (D), then
+#: the wanted ids are for waiters (D), ``ARGV[12]`` the caller's name, ``ARGV[13]`` how long
+#: (us) the line is kept for a process after the moment it was told to come back, then
 #:
 #: 1. R triples (``'1'`` sent / ``'0'`` not, age in us, id): a sent permit counts from the
 #:    moment it was released - ``now - age``, its true time even if the release was held
@@ -81,14 +84,21 @@ end
 #:
 #: ``result``: the number granted; ``wait``: if permits were wanted and none is left, how
 #: long until the next frees (while paused, until the pause ends).
+#:
+#: First in line: a process refused some of what it wants becomes ``next`` (unless another
+#: is and its time has not run out) and is told when the next permit frees. Others are
+#: kept from the permits it wants until it comes back for them (or its time runs out) and
+#: are told to come back once those have freed too - so the processes of a busy account
+#: do not all wake for every permit that frees, and are served in the order they waited.
 SYNC = (
     _PRELUDE
     + """
 local lease, ahead = tonumber(ARGV[8]), tonumber(ARGV[9])
 local releases, direct = tonumber(ARGV[10]), tonumber(ARGV[11])
-local first = 12 + 3 * releases
+local me, grace = ARGV[12], tonumber(ARGV[13])
+local first = 14 + 3 * releases
 local written = false
-for i = 12, first - 1, 3 do
+for i = 14, first - 1, 3 do
   local at = now - tonumber(ARGV[i + 1])
   if ARGV[i] == '1' and at > now - hold then
     redis.call('ZADD', permits, at, ARGV[i + 2])
@@ -102,8 +112,11 @@ local granted, wait = 0, 0
 if now < paused_until then
   if wanted > 0 then wait = paused_until - now end
 else
+  local line = redis.call('HMGET', state, 'next', 'next_wanted', 'next_until')
+  local kept = 0  -- permits kept for the process first in line
+  if line[1] and line[1] ~= me and now < tonumber(line[3]) then kept = tonumber(line[2]) end
   local count = redis.call('ZCARD', permits)
-  while granted < wanted and count < limit do
+  while granted < wanted and count + kept < limit do
     local score = now + lease
     if granted >= direct then score = score + ahead end
     redis.call('ZADD', permits, score, ARGV[first + granted])
@@ -111,11 +124,26 @@ else
     count = count + 1
     written = true
   end
-  if count >= limit and wanted > 0 then
-    -- None left: the permit whose expiry brings the count below the limit (scores ascend).
-    local k = count - limit
-    local entry = redis.call('ZRANGE', permits, k, k, 'WITHSCORES')
-    wait = tonumber(entry[2]) + hold - now
+  if wanted > 0 and count + kept >= limit then
+    -- None left: the permit whose expiry brings the count below the limit, less what
+    -- is kept for the first in line (scores ascend); beyond the set, one hold.
+    local k = count - limit + kept
+    wait = hold
+    if k < count then
+      local entry = redis.call('ZRANGE', permits, k, k, 'WITHSCORES')
+      wait = tonumber(entry[2]) + hold - now
+    end
+    if kept > 0 then
+      -- Behind the first in line: not before its time runs out either, so that a first
+      -- in line that died is passed over at once.
+      wait = math.max(wait, tonumber(line[3]) - now)
+    elseif granted < wanted then
+      redis.call('HSET', state, 'next', me, 'next_wanted', wanted - granted,
+                 'next_until', now + wait + grace)
+    end
+  end
+  if line[1] == me and wanted > 0 and granted == wanted then
+    redis.call('HDEL', state, 'next', 'next_wanted', 'next_until')  -- served
   end
 end
 if written then

@@ -116,11 +116,11 @@ async def test_three_workers_share_one_budget_without_a_429_near_the_bound(
     orders = await sandbox.orders()
     assert_each_ordered_once(orders, keys)
     span = order_span(orders)
-    # Every permit taken, fetched ahead and given back through Redis. One worker alone
-    # makes at most one script call per order (tests/scaleout/test_redis_limiter.py);
-    # three contending for one budget also ask in vain when another took what freed.
+    # Every permit taken, fetched ahead and given back through Redis, whichever worker
+    # sent it: at most one script call per order (issue 18). The workers wait in line
+    # for the budget rather than all waking for every permit that frees.
     scripts = await script_calls(private_redis.url)
-    assert scripts <= 2 * len(keys), f"{scripts} script calls for {len(keys)} orders"
+    assert scripts <= len(keys), f"{scripts} script calls for {len(keys)} orders"
     assert bound(120) <= span <= 1.15 * bound(120), f"{span:.1f} s for a bound of {bound(120)}"
     assert (await journal.counts())[JobState.DONE] == 120
 
