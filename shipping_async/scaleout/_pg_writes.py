@@ -10,7 +10,8 @@ of its callers returns.
 :class:`GroupCommit` gathers the writes that arrive while the previous statement is on
 its way (and those of one loop tick) and sends them together: under load, many jobs'
 writes share one round trip and one commit, and nobody waits longer than one statement
-for it. The order intent is not gathered: it is written alone, just before its send.
+for it. The order intent is not gathered: it is written alone, just before its send (and
+so is its withdrawal).
 """
 
 from __future__ import annotations

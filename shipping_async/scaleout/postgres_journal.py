@@ -501,8 +501,10 @@ class PostgresJournal(JournalStore):
         require: JobState | None = None,
     ) -> JobRecord:
         item = write_item(token, key, state, fields, keep_lease=keep_lease, require=require)
-        if state is JobState.ORDERING:
-            # The order intent goes alone and at once: its send follows its commit.
+        if JobState.ORDERING in (state, require):
+            # The order intent goes alone and at once: its send follows its commit. Its
+            # withdrawal likewise, so that a crash right after the answer finds it taken
+            # back (as the SQLite journal does).
             (outcome,) = await self._write_many([item])
         else:
             outcome = await self._writes.submit(item)
