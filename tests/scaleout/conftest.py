@@ -3,7 +3,9 @@
 Each test gets its own Redis key prefix and its own PostgreSQL schema, removed afterwards,
 so runs (and parallel runs) never see each other's data. A private ``redis-server`` on a
 port of its own serves the tests that stop Redis: the machine's shared one is never
-stopped.
+stopped. ``sandbox`` (a sandbox process for account ``north``) and ``journal`` (a
+PostgreSQL journal in the test's schema, on the processes' clock) serve the tests that run
+worker processes; a module that needs another kind defines its own.
 """
 
 from __future__ import annotations
@@ -21,7 +23,11 @@ import asyncpg
 import pytest
 import redis.asyncio as aioredis
 
+from shipping_async.clock import ScaledClock
+from shipping_async.scaleout.postgres_journal import PostgresJournal
+
 from .private_postgres import postgres_template, private_postgres
+from .processes import SPEED, Sandbox, start_sandbox
 
 __all__ = ["postgres_template", "private_postgres"]  # fixtures of the outage tests
 
@@ -119,3 +125,19 @@ def private_redis() -> Iterator[PrivateRedis]:
     server.start()
     yield server
     server.cleanup()
+
+
+@pytest.fixture
+def sandbox() -> Iterator[Sandbox]:
+    """A sandbox process whose token ``tok-north`` is account ``north``'s, stopped afterwards."""
+    server = start_sandbox("tok-north")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def journal(pg_schema: str) -> AsyncIterator[PostgresJournal]:
+    """A PostgreSQL journal in the test's own schema, on the worker processes' clock."""
+    opened = await PostgresJournal.open(POSTGRES_DSN, schema=pg_schema, clock=ScaledClock(SPEED))
+    yield opened
+    await opened.close()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +19,11 @@ import pytest
 import redis.asyncio as aioredis
 
 from shipping_async.bulk.journal import JobState
-from shipping_async.clock import ScaledClock
 from shipping_async.scaleout.postgres_journal import PostgresJournal
 
 from .conftest import POSTGRES_DSN, REDIS_URL, PrivateRedis
 from .processes import (
     LIMIT,
-    SPEED,
     Sandbox,
     Workers,
     bound,
@@ -35,20 +33,6 @@ from .processes import (
     start_sandbox,
 )
 from .support import make_job
-
-
-@pytest.fixture
-def sandbox() -> Iterator[Sandbox]:
-    server = start_sandbox("tok-north")
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-async def journal(pg_schema: str) -> AsyncIterator[PostgresJournal]:
-    journal = await PostgresJournal.open(POSTGRES_DSN, schema=pg_schema, clock=ScaledClock(SPEED))
-    yield journal
-    await journal.close()
 
 
 def journal_url(schema: str) -> str:

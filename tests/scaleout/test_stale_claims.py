@@ -9,14 +9,13 @@ other's (and their own) jobs again. Judged by the sandbox's own order list.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
 import pytest
 
 from shipping_async.bulk.journal import JobState
-from shipping_async.clock import ScaledClock
 from shipping_async.scaleout.postgres_journal import PostgresJournal
 
 from .conftest import POSTGRES_DSN, REDIS_URL
@@ -34,13 +33,6 @@ def sandbox(tmp_path: Path) -> Iterator[Sandbox]:
     server = start_sandbox(f"tok-{ACCOUNTS[0]}", tokens_file=tokens)
     yield server
     server.stop()
-
-
-@pytest.fixture
-async def journal(pg_schema: str) -> AsyncIterator[PostgresJournal]:
-    journal = await PostgresJournal.open(POSTGRES_DSN, schema=pg_schema, clock=ScaledClock(SPEED))
-    yield journal
-    await journal.close()
 
 
 async def test_lapsing_leases_under_a_slow_journal_order_each_reference_once(

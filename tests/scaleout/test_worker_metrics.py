@@ -10,19 +10,16 @@ from __future__ import annotations
 import asyncio
 import re
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import aiohttp
-import pytest
 from telemetry.scrape import Samples, scrape, total, value
 
 from shipping_async._hooks import route_of
-from shipping_async.clock import ScaledClock
 from shipping_async.scaleout.postgres_journal import PostgresJournal
 
 from .conftest import POSTGRES_DSN
-from .processes import SPEED, Sandbox, Workers, created, start_sandbox
+from .processes import Sandbox, Workers, created
 from .support import make_job
 
 JOBS = 30
@@ -37,20 +34,6 @@ OPERATIONS = {
     ("GET", "/orders/{id}/pickup_availabilities"): "list_pickup_availabilities",
     ("POST", "/orders/{id}/schedule_pickups"): "schedule_pickup",
 }
-
-
-@pytest.fixture
-def sandbox() -> Iterator[Sandbox]:
-    server = start_sandbox("tok-north")
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-async def journal(pg_schema: str) -> AsyncIterator[PostgresJournal]:
-    journal = await PostgresJournal.open(POSTGRES_DSN, schema=pg_schema, clock=ScaledClock(SPEED))
-    yield journal
-    await journal.close()
 
 
 async def inject_429s(sandbox: Sandbox, count: int) -> None:
