@@ -8,7 +8,7 @@ be refused and it must send nothing: the job is ordered once, by the current cla
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -25,17 +25,6 @@ from tests.bulk.support import make_job
 
 W = "host:1:same-worker"  # both claims are this one worker's
 LEASE = 10.0
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-async def journal(clock: ManualClock) -> AsyncIterator[SQLiteJournal]:
-    async with await SQLiteJournal.open(":memory:", clock=clock) as journal:
-        yield journal
 
 
 def pipeline(api: FakeAPI, journal: SQLiteJournal) -> JobPipeline:

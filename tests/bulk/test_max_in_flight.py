@@ -7,10 +7,8 @@ has come and before they are quoted, so a job waiting for a place holds no estim
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import msgspec
-import pytest
 
 from shipping_async.bulk.journal import JobState
 from shipping_async.bulk.sqlite_journal import SQLiteJournal
@@ -20,17 +18,6 @@ from tests.bulk.fakes import FakeAPI
 from tests.bulk.support import make_job
 
 ACCOUNTS = ("north", "south", "east")
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-async def journal(clock: ManualClock) -> AsyncIterator[SQLiteJournal]:
-    async with await SQLiteJournal.open(":memory:", clock=clock) as journal:
-        yield journal
 
 
 async def settle() -> None:
