@@ -11,11 +11,8 @@ import json
 import os
 import socket
 import sys
-import uuid
 from collections import Counter
 from pathlib import Path
-
-import asyncpg
 
 from shipping_async import AsyncShippingClient
 from shipping_async.bulk.jobs import ShipmentJob
@@ -26,6 +23,7 @@ from shipping_async.sandbox import SandboxServer
 from shipping_async.scaleout.postgres_journal import PostgresJournal
 from tests.bulk.support import orders_created
 from tests.bulk.test_bulk_cli import EXAMPLE, SPEED, references, start_cli
+from tests.pg_schemas import POSTGRES_DSN, drop_schema, new_schema
 
 # The delivery timeout the reconciler assumes; the sandbox's default (10 s) lasts only
 # 0.1 real s at speed 100, which a loaded 2-core machine can miss five times in a row.
@@ -195,13 +193,10 @@ async def test_an_order_never_created_waits_for_silence_and_is_resent_only_when_
         assert record.state is JobState.DONE
 
 
-POSTGRES_DSN = "postgresql://postgres@127.0.0.1:5432/test"
-
-
 async def test_two_workers_sharing_one_webhook_settle_unknown_orders_on_postgres(
     tmp_path: Path,
 ) -> None:
-    schema = f"t_{uuid.uuid4().hex[:12]}"
+    schema = new_schema()
     spec = f"{POSTGRES_DSN}?schema={schema}"
     jobs = [job for job in read_jobs(str(EXAMPLE)) if isinstance(job, ShipmentJob)]
     store = await PostgresJournal.open(POSTGRES_DSN, schema=schema)
@@ -237,11 +232,7 @@ async def test_two_workers_sharing_one_webhook_settle_unknown_orders_on_postgres
         assert settled == 5
     finally:
         await store.close()
-        connection = await asyncpg.connect(POSTGRES_DSN)
-        try:
-            await connection.execute(f'DROP SCHEMA "{schema}" CASCADE')
-        finally:
-            await connection.close()
+        await drop_schema(schema)
 
 
 async def worker(

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-import asyncpg
 import pytest
 
 from shipping_async.bulk.evidence import EvidenceJournal
@@ -20,8 +18,8 @@ from shipping_async.models.orders import Order
 from shipping_async.models.webhooks import WebhookEvent
 from shipping_async.scaleout.postgres_journal import PostgresJournal
 from tests.bulk.support import make_job
+from tests.pg_schemas import POSTGRES_DSN, own_schema
 
-POSTGRES_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 QUOTE = 900
 
 
@@ -63,17 +61,12 @@ async def journal(request: pytest.FixtureRequest, tmp_path: Any) -> AsyncIterato
         async with await SQLiteJournal.open(tmp_path / "j.journal") as store:
             yield store
         return
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    store = await PostgresJournal.open(POSTGRES_DSN, schema=schema)
-    try:
-        yield store
-    finally:
-        await store.close()
-        connection = await asyncpg.connect(POSTGRES_DSN)
+    async with own_schema() as schema:
+        store = await PostgresJournal.open(POSTGRES_DSN, schema=schema)
         try:
-            await connection.execute(f'DROP SCHEMA "{schema}" CASCADE')
+            yield store
         finally:
-            await connection.close()
+            await store.close()
 
 
 async def unknown(journal: EvidenceJournal, reference: str, key: str | None = None) -> str:

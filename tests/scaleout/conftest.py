@@ -19,20 +19,20 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
-import asyncpg
 import pytest
 import redis.asyncio as aioredis
 
 from shipping_async.clock import ScaledClock
 from shipping_async.scaleout.postgres_journal import PostgresJournal
+from tests.pg_schemas import POSTGRES_DSN, own_schema
 
 from .private_postgres import postgres_template, private_postgres
 from .processes import SPEED, Sandbox, start_sandbox
 
-__all__ = ["postgres_template", "private_postgres"]  # fixtures of the outage tests
+# The outage tests' fixtures, and the DSN the scale-out tests import from here.
+__all__ = ["POSTGRES_DSN", "postgres_template", "private_postgres"]
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
-POSTGRES_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 
 
 @pytest.fixture
@@ -55,13 +55,8 @@ async def redis_client(prefix: str) -> AsyncIterator[aioredis.Redis]:
 @pytest.fixture
 async def pg_schema() -> AsyncIterator[str]:
     """A PostgreSQL schema of its own (dropped afterwards); its name."""
-    name = f"test_{uuid.uuid4().hex[:12]}"
-    yield name
-    connection = await asyncpg.connect(POSTGRES_DSN)
-    try:
-        await connection.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-    finally:
-        await connection.close()
+    async with own_schema() as name:
+        yield name
 
 
 def free_port() -> int:

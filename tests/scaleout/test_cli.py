@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import uuid
 from collections.abc import Iterator
 
-import asyncpg
 import pytest
 
 from shipping_async.bulk.journal import JobState
@@ -18,8 +16,8 @@ from shipping_async.cli import journal as journal_command
 from shipping_async.cli import status as status_command
 from shipping_async.cli import worker as worker_command
 from shipping_async.scaleout.postgres_journal import PostgresJournal
+from tests.pg_schemas import POSTGRES_DSN, drop_schema, new_schema
 
-from .conftest import POSTGRES_DSN
 from .support import make_job
 
 
@@ -35,17 +33,9 @@ def shipping_async(*argv: str) -> int:
 
 @pytest.fixture
 def schema() -> Iterator[str]:
-    name = f"test_{uuid.uuid4().hex[:12]}"
+    name = new_schema()
     yield name
-
-    async def drop() -> None:
-        connection = await asyncpg.connect(POSTGRES_DSN)
-        try:
-            await connection.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-        finally:
-            await connection.close()
-
-    asyncio.run(drop())
+    asyncio.run(drop_schema(name))
 
 
 def url(schema: str) -> str:
