@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import io
 import json
 import signal
 import sys
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import aiohttp
@@ -100,7 +102,9 @@ def test_event_values_cannot_forge_lines_or_drive_the_terminal(value: str, as_js
         assert value.encode("unicode_escape").decode("ascii") in line
 
 
-async def test_listen_prints_a_forged_newline_as_one_escaped_line(make_body: BodyFactory) -> None:
+@contextlib.asynccontextmanager
+async def listening() -> AsyncIterator[tuple[str, io.StringIO]]:
+    """``webhooks listen`` on a free port for the block: its URL and what it printed."""
     out = io.StringIO()
     stop = asyncio.Event()
     ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
@@ -108,14 +112,20 @@ async def test_listen_prints_a_forged_newline_as_one_escaped_line(make_body: Bod
         cli.listen(host="127.0.0.1", port=0, token=TOKEN, out=out, stop=stop,
                    on_ready=ready.set_result)
     )  # fmt: skip
-    url = await asyncio.wait_for(ready, 5)
+    try:
+        yield await asyncio.wait_for(ready, 5), out
+    finally:
+        stop.set()
+        await asyncio.wait_for(server, 5)
+
+
+async def test_listen_prints_a_forged_newline_as_one_escaped_line(make_body: BodyFactory) -> None:
     async with (
+        listening() as (url, out),
         aiohttp.ClientSession() as http,
         http.post(url, data=make_body(updated_value=FORGED)) as response,
     ):
         assert response.status == 200
-    stop.set()
-    await asyncio.wait_for(server, 5)
 
     [line] = out.getvalue().splitlines()
     assert line.endswith("x -> delivered")
@@ -123,16 +133,8 @@ async def test_listen_prints_a_forged_newline_as_one_escaped_line(make_body: Bod
 
 
 async def test_listen_prints_one_line_per_accepted_event(make_body: BodyFactory) -> None:
-    out = io.StringIO()
-    stop = asyncio.Event()
-    ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-    server = asyncio.create_task(
-        cli.listen(host="127.0.0.1", port=0, token=TOKEN, out=out, stop=stop,
-                   on_ready=ready.set_result)
-    )  # fmt: skip
-    url = await asyncio.wait_for(ready, 5)
     statuses = []
-    async with aiohttp.ClientSession() as http:
+    async with listening() as (url, out), aiohttp.ClientSession() as http:
         for body in (
             make_body(object_id=1),
             make_body(object_id=1),  # duplicate: dropped
@@ -141,8 +143,6 @@ async def test_listen_prints_one_line_per_accepted_event(make_body: BodyFactory)
         ):
             async with http.post(url, data=body) as response:
                 statuses.append(response.status)
-    stop.set()
-    await asyncio.wait_for(server, 5)
 
     assert statuses == [200, 200, 401, 200]
     lines = out.getvalue().splitlines()
