@@ -156,3 +156,11 @@ class FakeAPI:
         if reference in self._held:
             self.reached[reference].set()
             await self._held[reference].wait()
+
+
+async def settle(rounds: int = 10) -> None:
+    """Let every runnable task reach its next wait (journal writes run on a thread)."""
+    for _ in range(rounds):
+        for _ in range(50):
+            await asyncio.sleep(0)
+        await asyncio.sleep(0.002)

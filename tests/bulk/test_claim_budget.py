@@ -5,40 +5,20 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
-import pytest
 
 from shipping_async.bulk.journal import JobRecord, JobState
 from shipping_async.bulk.sqlite_journal import SQLiteJournal
 from shipping_async.bulk.worker import Worker
 from shipping_async.clock import ManualClock
-from tests.bulk.fakes import FakeAPI
+from tests.bulk.fakes import FakeAPI, settle
 from tests.bulk.support import make_job
 
 ACCOUNTS = ("a1", "a2", "a3", "a4", "a5")
 PER_ACCOUNT = 8
 MAX_IN_FLIGHT = 4  # a claim budget of 8
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-async def journal(clock: ManualClock) -> AsyncIterator[SQLiteJournal]:
-    async with await SQLiteJournal.open(":memory:", clock=clock) as journal:
-        yield journal
-
-
-async def settle() -> None:
-    for _ in range(10):
-        for _ in range(50):
-            await asyncio.sleep(0)
-        await asyncio.sleep(0.002)
 
 
 async def leased(journal: SQLiteJournal) -> list[JobRecord]:

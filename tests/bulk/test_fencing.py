@@ -20,7 +20,7 @@ from shipping_async.bulk.pipeline import JobPipeline
 from shipping_async.bulk.sqlite_journal import SQLiteJournal
 from shipping_async.bulk.worker import Worker
 from shipping_async.clock import ManualClock
-from tests.bulk.fakes import FakeAPI, rate_limited
+from tests.bulk.fakes import FakeAPI, rate_limited, settle
 from tests.bulk.support import make_job
 
 W = "host:1:same-worker"  # both claims are this one worker's
@@ -37,14 +37,6 @@ def pipeline(api: FakeAPI, journal: SQLiteJournal) -> JobPipeline:
         quote_ahead=api.order_limiter.limit,
         lease=LEASE,
     )
-
-
-async def settle() -> None:
-    """Let every runnable task reach its next wait (journal writes run on a thread)."""
-    for _ in range(5):
-        for _ in range(50):
-            await asyncio.sleep(0)
-        await asyncio.sleep(0.002)
 
 
 async def until(condition: Callable[[], Awaitable[bool]]) -> None:
@@ -65,7 +57,7 @@ async def state_of(journal: SQLiteJournal, key: str) -> JobState:
 async def run_clock(clock: ManualClock, *tasks: asyncio.Task[JobRecord], step: float = 1) -> None:
     """Advance time a step at a time until every task is done (at most 10 minutes)."""
     for _ in range(600):
-        await settle()
+        await settle(rounds=5)
         if all(task.done() for task in tasks):
             return
         clock.advance(step)
@@ -85,7 +77,7 @@ async def test_a_task_whose_lease_lapsed_while_waiting_for_its_permit_sends_noth
     await journal.add([make_job("A")])
     [first] = await claim(journal, "A")
     stale = asyncio.create_task(pipeline(api, journal).ship(first))
-    await settle()
+    await settle(rounds=5)
     # Waiting for the permit (its turn comes before its quote, so nothing is quoted yet).
     assert api.sent == []
     assert api.calls["POST /quotes"] == 0
@@ -179,7 +171,7 @@ async def test_a_429_leaves_no_intent_behind_while_the_job_waits(
     # Withdrawn while the clock stands still inside the pause: a crash now leaves the
     # job quoted (resumable), not unknown.
     await until(lambda: _is(journal, "C", JobState.QUOTED))
-    await settle()
+    await settle(rounds=5)
     assert await state_of(journal, "C") is JobState.QUOTED
     assert api.sent == ["C"]
     await run_clock(clock, task)
@@ -215,7 +207,7 @@ async def test_a_lone_worker_whose_leases_lapse_finishes_every_job_once_and_lose
 
     task = asyncio.create_task(drain())
     for _ in range(600):
-        await settle()
+        await settle(rounds=5)
         if task.done():
             break
         clock.advance(1)

@@ -14,17 +14,10 @@ from shipping_async.bulk.journal import JobState
 from shipping_async.bulk.sqlite_journal import SQLiteJournal
 from shipping_async.bulk.worker import Worker
 from shipping_async.clock import ManualClock
-from tests.bulk.fakes import FakeAPI
+from tests.bulk.fakes import FakeAPI, settle
 from tests.bulk.support import make_job
 
 ACCOUNTS = ("north", "south", "east")
-
-
-async def settle() -> None:
-    for _ in range(10):
-        for _ in range(50):
-            await asyncio.sleep(0)
-        await asyncio.sleep(0.002)
 
 
 async def test_jobs_of_every_account_share_the_places_and_wait_unquoted(
