@@ -15,7 +15,8 @@ job (of the batch, or for a worker of the journal) done; 1 some failed, unknown 
 finished (the summary says how to continue); 2 bad arguments or setup; 130 interrupted.
 Ctrl-C (or SIGTERM) stops gracefully; a second one aborts. The input's jobs come from
 :mod:`~shipping_async.cli._inputs`, ``--reconcile FILE`` from
-:mod:`~shipping_async.cli._settle_file`, the summaries from :mod:`~shipping_async.cli._summary`.
+:mod:`~shipping_async.cli._settle_file`, the summaries from :mod:`~shipping_async.cli._summary`;
+what a run opens first is :func:`~shipping_async.cli._opening.open_run`.
 """
 
 from __future__ import annotations
@@ -26,9 +27,7 @@ import contextlib
 import logging
 import os
 import sys
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from shipping_async.bulk.choice import EstimateChooser
@@ -41,6 +40,7 @@ from shipping_async.cli._evidence import (
     settle_unknowns,
 )
 from shipping_async.cli._inputs import InputCheck, enqueue
+from shipping_async.cli._opening import Opened, limiters, open_run
 from shipping_async.cli._settle_file import settle_from_file
 from shipping_async.cli._summary import (
     INCOMPLETE,
@@ -53,9 +53,8 @@ from shipping_async.cli._summary import (
     report_batch,
     resume_command,
 )
-from shipping_async.cli._telemetry import RunTelemetry, configure_cli_logging
+from shipping_async.cli._telemetry import configure_cli_logging
 from shipping_async.cli._terminal import one_line, printable, without_password
-from shipping_async.clock import Clock, ScaledClock, SystemClock
 
 __all__ = ["INCOMPLETE", "INTERRUPTED", "OK", "SETUP", "RunPlan", "execute", "exit_code"]
 
@@ -128,18 +127,6 @@ class _Failed(Exception):
         super().__init__(code)
 
 
-@dataclass(frozen=True, slots=True)
-class _Open:
-    """What a run has opened on its stack before it feeds or drains."""
-
-    stack: contextlib.AsyncExitStack
-    journal: Any
-    clock: Clock
-    base_url: str | None
-    environ: dict[str, str] | None  # the tokens of an embedded sandbox
-    telemetry: RunTelemetry
-
-
 class _Execution:
     def __init__(self, plan: RunPlan) -> None:
         self.plan = plan
@@ -148,21 +135,10 @@ class _Execution:
     async def main(self) -> int:
         plan = self.plan
         async with contextlib.AsyncExitStack() as stack:
-            try:
-                telemetry = RunTelemetry(plan.args)
-                await stack.enter_async_context(telemetry.serving())
-            except ValueError as exc:
-                print(f"error: {exc}", file=sys.stderr)
+            run = await open_run(plan, stack)
+            if run is None:
                 return SETUP
-            opened = await self._open_api(stack)
-            if opened is None:
-                return SETUP
-            clock, base_url, environ = opened
-            journal = await self._open_journal(stack, clock)
-            if journal is None:
-                return SETUP
-            await stack.enter_async_context(telemetry.watching(journal))
-            run = _Open(stack, journal, clock, base_url, environ, telemetry)
+            self.path = run.path
             try:
                 return await (self._feed(run) if plan.fed else self._drain(run))
             except _Failed as failed:
@@ -191,101 +167,6 @@ class _Execution:
             )
         return store_failure_code(failure)
 
-    # -- opening ---------------------------------------------------------------------------
-
-    async def _open_api(
-        self, stack: contextlib.AsyncExitStack
-    ) -> tuple[Clock, str | None, dict[str, str] | None] | None:
-        """The clock, base URL and (for an embedded sandbox) the environment of tokens."""
-        plan = self.plan
-        if plan.sandbox:
-            from shipping_async.sandbox import SandboxServer
-
-            sandbox = SandboxServer(speed=plan.speed)
-            await stack.enter_async_context(sandbox)
-            return sandbox.clock, sandbox.base_url, {"SHIPPING_ACCESS_TOKEN": sandbox.token}
-        if plan.fed:
-            from shipping_async._client import token_from_environment
-
-            base_url = plan.base_url or os.environ.get("SHIPPING_BASE_URL", "")
-            if not token_from_environment() or not base_url:
-                print(
-                    "error: set SHIPPING_ACCESS_TOKEN (or SHIPPING_ACCESS_TOKEN_FILE) and "
-                    "--base-url (or SHIPPING_BASE_URL), "
-                    "or use --sandbox",
-                    file=sys.stderr,
-                )
-                return None
-        elif not plan.limiter or plan.limiter == "memory":
-            print(
-                "warning: --limiter memory keeps this worker's own order budget; run more "
-                "than one worker per account only with --limiter redis://...",
-                file=sys.stderr,
-            )
-        # An external sandbox: the run goes on its time.
-        clock: Clock = ScaledClock(plan.speed) if plan.speed != 1.0 else SystemClock()
-        return clock, plan.base_url, None
-
-    async def _open_journal(self, stack: contextlib.AsyncExitStack, clock: Clock) -> Any:
-        from shipping_async.bulk._outage import steady, unreachable
-        from shipping_async.bulk.journal import JournalError
-        from shipping_async.scaleout.factory import open_journal
-
-        plan = self.plan
-        spec = plan.journal if plan.shared else self._journal_path(stack)
-        assert spec is not None
-        try:
-            store: Any = await open_journal(spec, clock=clock)
-        except Exception as exc:
-            if not isinstance(exc, JournalError | OSError | ValueError) and not unreachable(exc):
-                raise
-            shown = without_password(spec) if plan.shared else spec
-            print(f"error: journal {shown}: {one_line(exc)}", file=sys.stderr)
-            _log.debug("opening the journal failed", exc_info=True)
-            return None
-        stack.push_async_callback(store.close)
-        # Every operation of the run waits out a lost connection (up to --max-store-outage).
-        journal = steady(store, max_outage=plan.max_store_outage)
-        if plan.fed:
-            held = sum((await journal.counts()).values())
-            if held and not plan.resume:
-                print(
-                    f"error: the journal {spec} already holds {held} shipments; pass "
-                    "--resume to continue that batch, or --journal NEW for a new one",
-                    file=sys.stderr,
-                )
-                return None
-        return journal
-
-    def _journal_path(self, stack: contextlib.AsyncExitStack) -> str:
-        plan = self.plan
-        if plan.journal:
-            self.path = str(plan.journal)
-        elif plan.sandbox:  # the embedded sandbox forgets everything: so does its journal
-            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="shipping-bulk-"))
-            self.path = str(Path(folder) / "batch.journal")
-        else:
-            self.path = f"{plan.input}.journal"
-        return self.path
-
-    def _limiter_for(self, clock: Clock) -> Any:
-        from shipping_async.scaleout.factory import open_limiter
-
-        plan = self.plan
-
-        def limiter_for(account: str) -> Any:
-            # The budget is in real seconds; the limiter runs on the clients' clock.
-            return open_limiter(
-                plan.limiter,
-                account=account,
-                limit=plan.limit,
-                window=plan.window_real * plan.speed,
-                lease=1.5 * plan.timeout * plan.speed,  # a request's longest life, on the clock
-                clock=clock,
-            )
-
-        return limiter_for
-
     def _display(self, progress: Any) -> Any:
         from shipping_async.cli._bulk_progress import make_display
 
@@ -294,14 +175,14 @@ class _Execution:
 
     # -- a batch fed as it is read ---------------------------------------------------------
 
-    async def _feed(self, run: _Open) -> int:
+    async def _feed(self, run: Opened) -> int:
         from shipping_async._client import AsyncShippingClient, token_from_environment
         from shipping_async.bulk.readers import count_rows
         from shipping_async.bulk.shipper import BulkShipper
         from shipping_async.scaleout.factory import close_limiter
 
         plan, journal = self.plan, run.journal
-        limiter = self._limiter_for(run.clock)("")
+        limiter = limiters(self.plan, run.clock)("")
         run.stack.push_async_callback(close_limiter, limiter)
         environ = run.environ
         token = environ["SHIPPING_ACCESS_TOKEN"] if environ else token_from_environment() or ""
@@ -367,14 +248,14 @@ class _Execution:
 
     # -- a shared journal drained with other workers ---------------------------------------
 
-    async def _drain(self, run: _Open) -> int:
+    async def _drain(self, run: Opened) -> int:
         from shipping_async.bulk.worker import Worker
         from shipping_async.scaleout.accounts import AccountClients, AccountConfigError
 
         plan, journal = self.plan, run.journal
         try:
             clients = AccountClients(
-                self._limiter_for(run.clock),
+                limiters(self.plan, run.clock),
                 config=plan.accounts,
                 environ=run.environ,
                 base_url=run.base_url,
