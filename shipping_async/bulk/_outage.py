@@ -30,6 +30,7 @@ operation: the run ends with what it could not write left to the next one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import sys
@@ -62,9 +63,17 @@ _REPEATABLE_EXTRAS = frozenset(
 
 T = TypeVar("T")
 
-#: Backoff between attempts while the store is away (real seconds): first, most.
+#: Backoff between attempts while the store is away (real seconds): first, most. A call
+#: waiting out its backoff goes on at once when the outage ends.
 _FIRST_DELAY = 0.05
 _MOST_DELAY = 0.5
+#: The most the watcher waits between looks at a store that is away (real seconds): how
+#: late a worker may notice that the store is back.
+_MOST_LOOK = 0.25
+#: Real seconds claims wait after an outage. Leases lapse during a long one; every worker
+#: renews its own as soon as it notices the store is back (within ``_MOST_LOOK``), and
+#: only then may claims take over the leases that are still lapsed: those of dead workers.
+_CLAIM_GRACE = 2 * _MOST_LOOK
 
 
 class IntentUnsettled(JournalError):
@@ -120,6 +129,7 @@ class SteadyJournal:
         self.up = asyncio.Event()
         self.up.set()
         self._since: float | None = None  # time.monotonic() the outage started
+        self._ended: float | None = None  # time.monotonic() the last outage (said) ended
         self._said = False  # the outage was logged
         self._last: BaseException | None = None
 
@@ -179,6 +189,8 @@ class SteadyJournal:
                     "journal store answers again after %.1f s; work goes on",
                     time.monotonic() - self._since,
                 )
+            if self._said:
+                self._ended = time.monotonic()
             self._since = None
             self._said = False
             self.up.set()
@@ -187,7 +199,9 @@ class SteadyJournal:
         if self.max_outage is not None and self._since is not None:
             left = self._since + self.max_outage - time.monotonic()
             delay = min(delay, max(left, 0.0))
-        await asyncio.sleep(delay * random.uniform(0.5, 1.0))  # infrastructure backoff
+        # Infrastructure backoff; over at once when another call finds the store back.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.up.wait(), delay * random.uniform(0.5, 1.0))
 
     async def watch(self) -> None:
         """A side task for the run: while the store is away, ask it (cheaply) whether it
@@ -209,7 +223,7 @@ class SteadyJournal:
                     raise
                 self._went(exc)
                 await self._pause(delay)
-                delay = min(delay * 2, _MOST_DELAY)
+                delay = min(delay * 2, _MOST_LOOK)
             else:
                 self._back(began)
 
@@ -273,6 +287,7 @@ class SteadyJournal:
 
         async def attempt() -> list[JobRecord]:
             nonlocal lost, adopted
+            await self._claims_may_go()
             if lost:
                 adopted = await self._claimed_by(
                     worker_id, limit=limit, keys=keys, account=account, exclude=exclude
@@ -303,6 +318,17 @@ class SteadyJournal:
                 ", ".join(record.key for record in adopted[:5]),
             )
         return claimed
+
+    async def _claims_may_go(self) -> None:
+        """Before a claim: while the store is away, wait for it (a look, not a claim); for
+        :data:`_CLAIM_GRACE` after an outage, wait, so that the workers whose leases
+        lapsed during it renew them before anyone's claim takes their jobs over."""
+        if self.away:
+            await self._until_answered(lambda: self.store.get(""))
+        if self._ended is not None:
+            left = self._ended + _CLAIM_GRACE - time.monotonic()
+            if left > 0:
+                await asyncio.sleep(left)  # infrastructure: real seconds
 
     async def _claimed_by(
         self,

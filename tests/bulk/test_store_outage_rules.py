@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
@@ -284,3 +285,38 @@ async def test_an_answer_to_a_call_begun_before_the_outage_does_not_end_it(
     assert not journal.away
     assert caplog.text.count("journal store unreachable") == 1
     assert caplog.text.count("journal store answers again") == 1
+
+
+async def test_after_an_outage_renewals_go_first_and_claims_wait(cutting: Cutting) -> None:
+    # Leases lapse during a long outage; their workers renew them as soon as the store
+    # is back, and only then may a claim take over what is still lapsed (dead workers').
+    journal = SteadyJournal(cutting)  # type: ignore[arg-type]
+    record = await claimed(journal)
+    assert record.claim_token is not None
+    cutting.before = 5
+    await journal.counts()  # an outage, said and over
+    started = time.monotonic()
+    assert await journal.renew({"J-1": record.claim_token}, lease=60) == {"J-1"}
+    renewed = time.monotonic() - started
+    await cutting.store.add([make_job("J-2")])
+    assert [r.key for r in await journal.claim("w2", lease=60, limit=1)] == ["J-2"]
+    claimed_after = time.monotonic() - started
+    assert renewed < 0.2 <= 0.4 < claimed_after < 2.0, (renewed, claimed_after)
+
+
+async def test_a_call_waiting_out_its_backoff_goes_on_when_another_finds_the_store_back(
+    cutting: Cutting, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(random, "uniform", lambda low, high: high)  # no jitter
+    journal = SteadyJournal(cutting)  # type: ignore[arg-type]
+    cutting.before = 10**9  # tried at 0, 0, 0.05, 0.15, 0.35, 0.75, next at 1.25 s
+    started = time.monotonic()
+    waiting = asyncio.create_task(journal.counts())
+    await asyncio.sleep(0.85)
+    assert journal.away
+    cutting.before = 0
+    # Another call (the watcher's look) finds the store back: the waiting call goes on
+    # at once, not at its next attempt.
+    await journal.get("J-1")
+    await asyncio.wait_for(waiting, timeout=1)
+    assert time.monotonic() - started < 1.1
