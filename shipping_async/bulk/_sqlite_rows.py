@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import os
 import sqlite3
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -22,6 +22,7 @@ from shipping_async.bulk._journal_store import (
     no_such_job,
     read_column,
 )
+from shipping_async.bulk.jobs import ShipmentJob
 from shipping_async.bulk.journal import (
     JobFields,
     JobRecord,
@@ -225,7 +226,9 @@ def store_state(
             record.key,
         ],
     )
-    return to_record(cursor.fetchone())
+    # The job column never changes once added: the row's job is ``record.job``, read in
+    # this same transaction, not a second decode of the same bytes.
+    return to_record(cursor.fetchone(), job=record.job)
 
 
 def wall_stamp(at: datetime | None = None) -> str:
@@ -249,11 +252,13 @@ def intent_ages(db: sqlite3.Connection, within: float, account: str | None) -> l
     ]
 
 
-def to_record(row: tuple[Any, ...]) -> JobRecord:
-    key, account, state, job, facts, attempts, owner, until, intent, updated, token = row
+def to_record(row: tuple[Any, ...], *, job: ShipmentJob | None = None) -> JobRecord:
+    """The record of a row; ``job``: the row's job, already decoded (its column never
+    changes once added, and decoding it is most of the cost of a row)."""
+    key, account, state, raw_job, facts, attempts, owner, until, intent, updated, token = row
     return JobRecord(
         key=key,
-        job=read_column(key, "job", JOB_DECODER.decode, job),
+        job=job if job is not None else read_column(key, "job", JOB_DECODER.decode, raw_job),
         state=read_column(key, "state", JobState, state),
         account=account,
         attempts=attempts,
@@ -266,12 +271,31 @@ def to_record(row: tuple[Any, ...]) -> JobRecord:
     )
 
 
-def select_keys(db: sqlite3.Connection, keys: Sequence[str]) -> list[JobRecord]:
+def select_keys(
+    db: sqlite3.Connection,
+    keys: Sequence[str],
+    known: Mapping[str, tuple[bytes, ShipmentJob]] | None = None,
+) -> list[JobRecord]:
+    """The records of ``keys``. ``known``: key -> (encoded job, job) the caller holds; a
+    row whose job column is those very bytes takes that job instead of decoding it."""
     records: list[JobRecord] = []
     for chunk in key_chunks(keys):
         sql = f"SELECT {COLUMNS} FROM jobs WHERE key IN ({placeholders(chunk)}) ORDER BY seq"
-        records.extend(to_record(row) for row in db.execute(sql, chunk))
+        for row in db.execute(sql, chunk):
+            mine = known.get(row[0]) if known is not None else None
+            job = mine[1] if mine is not None and mine[0] == row[3] else None
+            records.append(to_record(row, job=job))
     return records
+
+
+def held_keys(db: sqlite3.Connection, claims: Sequence[tuple[str, str]]) -> set[str]:
+    """The keys of ``claims`` (key, claim token) whose token is still the job's."""
+    tokens = dict(claims)
+    held: set[str] = set()
+    for chunk in key_chunks(list(tokens)):
+        sql = f"SELECT key, claim_token FROM jobs WHERE key IN ({placeholders(chunk)})"
+        held.update(key for key, token in db.execute(sql, chunk) if token == tokens[key])
+    return held
 
 
 def select_one(db: sqlite3.Connection, key: str) -> JobRecord:

@@ -54,6 +54,7 @@ from shipping_async.bulk._sqlite_rows import (
     commit_one,
     connect,
     expire_orders,
+    held_keys,
     intent_ages,
     key_chunks,
     placeholders,
@@ -79,11 +80,6 @@ from shipping_async.clock import Clock, SystemClock
 __all__ = ["SQLiteJournal"]
 
 T = TypeVar("T")
-
-
-def _held(db: sqlite3.Connection, pairs: Sequence[tuple[str, str]]) -> list[JobRecord]:
-    tokens = dict(pairs)
-    return [r for r in select_keys(db, list(tokens)) if r.claim_token == tokens[r.key]]
 
 
 class SQLiteJournal(JournalStore):
@@ -130,6 +126,9 @@ class SQLiteJournal(JournalStore):
             (job.key, job.account, JobState.PENDING.value, JOB_ENCODER.encode(job), b"{}", now)
             for job in jobs
         ]
+        # A job added now is not decoded back: the record takes the job given (only if
+        # the row holds exactly its bytes: a key added before keeps its stored job).
+        known = {job.key: (row[3], job) for job, row in zip(jobs, rows, strict=True)}
 
         def insert(db: sqlite3.Connection) -> list[JobRecord]:
             db.executemany(
@@ -137,7 +136,8 @@ class SQLiteJournal(JournalStore):
                 "VALUES (?, ?, ?, ?, ?, ?)",
                 rows,
             )
-            found = {record.key: record for record in select_keys(db, [r[0] for r in rows])}
+            keys = [r[0] for r in rows]
+            found = {record.key: record for record in select_keys(db, keys, known)}
             return [found[row[0]] for row in rows]
 
         return await self._write(insert)
@@ -246,7 +246,7 @@ class SQLiteJournal(JournalStore):
                 "UPDATE jobs SET lease_until = ? WHERE key = ? AND claim_token = ?",
                 [(now.timestamp() + lease, key, token) for key, token in pairs],
             )
-            return {record.key for record in _held(db, pairs)}
+            return held_keys(db, pairs)
 
         return await self._write(extend)
 
