@@ -72,6 +72,17 @@ def _not_written_by_shipping_log(record: logging.LogRecord) -> bool:
     return not any(handler.get_name() == ENV_HANDLER_NAME for handler in library.handlers)
 
 
+def _tracer_provider_installed() -> bool:
+    """Whether spans would go anywhere: the OpenTelemetry API is there and a tracer
+    provider is installed (``opentelemetry-instrument`` installs one before the CLI
+    starts). Without one every span is a no-op: the run does not make them at all."""
+    if importlib.util.find_spec("opentelemetry") is None:
+        return False
+    from opentelemetry import trace
+
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
 class RunTelemetry:
     """The metrics and spans of one CLI run (see the module docstring)."""
 
@@ -95,7 +106,7 @@ class RunTelemetry:
         hooks: list[ClientHooks] = []
         if self._metrics is not None:
             hooks.append(self._metrics.client_hooks())
-        if importlib.util.find_spec("opentelemetry") is not None:
+        if _tracer_provider_installed():
             from shipping_async.telemetry.traces import ClientTracing
 
             hooks.append(ClientTracing())
