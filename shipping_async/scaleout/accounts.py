@@ -19,12 +19,15 @@ limiter of its account. Tokens never go into the journal: they come from
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+import aiohttp
 
 from shipping_async._client import AsyncShippingClient
 from shipping_async.clock import Clock
@@ -82,6 +85,26 @@ class AccountClients:
         self._accounts = _read_config(Path(config)) if config is not None else {}
         self._clients: dict[str, AsyncShippingClient] = {}
         self._limiters: list[OrderLimiter] = []
+        self._session: aiohttp.ClientSession | None = None
+
+    def _shared_session(self) -> aiohttp.ClientSession | None:
+        """One connection pool for every account's client, made on first use.
+
+        A session per account kept a pool per account: at 50 accounts a worker opened a
+        new connection for most jobs (a connect is ~0.3 ms of CPU on both sides). The
+        token is a header of each request, so accounts may share connections; cookies
+        they may not, so the jar keeps none (the API sets none). No limit on
+        connections: a session per account allowed 100 each.
+        """
+        if self._session is None:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:  # a session belongs to a loop: the client makes its own
+                return None
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0), cookie_jar=aiohttp.DummyCookieJar()
+            )
+        return self._session
 
     def client(self, account: str) -> AsyncShippingClient:
         """The client of ``account``; raises :class:`AccountConfigError` without a token."""
@@ -91,7 +114,12 @@ class AccountClients:
             limiter = self._limiter_for(account)
             self._limiters.append(limiter)
             client = AsyncShippingClient(
-                token, base_url=base_url, order_limiter=limiter, clock=self._clock, **self._options
+                token,
+                base_url=base_url,
+                order_limiter=limiter,
+                clock=self._clock,
+                session=self._shared_session(),
+                **self._options,
             )
             self._clients[account] = client
         return client
@@ -115,6 +143,9 @@ class AccountClients:
             await close_limiter(limiter)
         self._clients.clear()
         self._limiters.clear()
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
 
     def _settings(self, account: str) -> tuple[str, str | None]:
         token_env, base_url_env = env_names(account)
