@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+import functools
 import ipaddress
 import math
 import os
@@ -156,6 +157,12 @@ def token_from_environment() -> str | None:
             return file.read().strip() or None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigurationError(f"{TOKEN_FILE_ENV}={path}: cannot read the token: {exc}") from None
+
+
+@functools.lru_cache(maxsize=64)
+def _limits(seconds: float) -> aiohttp.ClientTimeout:
+    """aiohttp's (frozen) timeout for ``seconds``: made once, not once per request."""
+    return aiohttp.ClientTimeout(total=seconds)
 
 
 def _check_timeout(timeout: float) -> float:
@@ -410,7 +417,7 @@ class AsyncShippingClient:
         if "max_retries" in options:
             policy = dataclasses.replace(policy, max_retries=options["max_retries"])
         seconds = _check_timeout(options["timeout"]) if "timeout" in options else self._timeout
-        limits = aiohttp.ClientTimeout(total=seconds)
+        limits = _limits(seconds)
         session = self._sessions.get()
         url = self._base_url + operation.path
         rate = None if order_limited else self._request_rate_limiter

@@ -278,7 +278,12 @@ def _scrub(raw: bytes, token: Secret) -> bytes:
 
 
 def _scrub_headers(headers: Mapping[str, str], token: Secret) -> CIMultiDictProxy[str]:
-    """The answer's headers for an error: a read-only copy without the token in them."""
+    """The answer's headers for an error: read-only, without the token in them (the
+    answer's own when none holds it, which is every answer of an honest server)."""
+    if isinstance(headers, CIMultiDictProxy) and not any(
+        token.reveal() in value for value in headers.values()
+    ):
+        return headers
     return CIMultiDictProxy(
         CIMultiDict((name, value.replace(token.reveal(), "***")) for name, value in headers.items())
     )
