@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shipping_async.bulk.choice import EstimateChooser
+from shipping_async.cli import _loop as event_loop
 from shipping_async.cli._common import drain, showing, store_failure, store_failure_code
 from shipping_async.cli._evidence import (
     POLL,
@@ -106,7 +107,7 @@ def execute(plan: RunPlan) -> int:
 
     configure_logging()
     try:
-        return asyncio.run(_Execution(plan).main())
+        return event_loop.run(_Execution(plan).main())
     except (KeyboardInterrupt, asyncio.CancelledError):  # the second Ctrl-C
         if plan.shared:
             print(

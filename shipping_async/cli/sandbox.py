@@ -15,6 +15,8 @@ import signal
 import sys
 from typing import Any
 
+from shipping_async.cli import _loop as event_loop
+
 __all__ = ["TOKEN_ENV", "register"]
 
 #: Environment variable read when ``--token`` is not given (keeps the token out of ``ps``).
@@ -89,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"error: --tokens-file: {text}")
             return 2
     try:
-        asyncio.run(_serve(args, tokens))
+        event_loop.run(_serve(args, tokens))
     except KeyboardInterrupt:  # a second Ctrl-C during shutdown
         return 130
     except OSError as exc:
