@@ -436,8 +436,8 @@ class _Claim:
         places = self.pipeline._work_places
         if places is None or self.placed:
             return True
-        if until is None:
-            await places.acquire()
+        if until is None or not places.locked():
+            await places.acquire()  # a free place is taken at once: no race with the stop
         elif not await until.unless_closed(places.acquire()):
             return False
         self.placed = True
