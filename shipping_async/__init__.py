@@ -1,5 +1,7 @@
 """asyncio SDK for the cross-border shipping API: client, limiter, sandbox, bulk pipeline."""
 
+from typing import TYPE_CHECKING, Any
+
 from shipping_async._client import (
     AsyncShippingClient,
 )
@@ -104,10 +106,6 @@ from shipping_async.models import (
 )
 from shipping_async.resources import (
     CancelledOrder,
-)
-from shipping_async.sandbox import (
-    SandboxServer,
-    create_app,
 )
 from shipping_async.webhooks import (
     LegMatch,
@@ -229,3 +227,18 @@ __all__ = [
     "reconcile",
     "settle_from_webhooks",
 ]
+
+if TYPE_CHECKING:
+    from shipping_async.sandbox import SandboxServer, create_app
+
+#: Loaded when first asked for: the simulator (and its 200 countries) is not part of what
+#: an application or a worker needs to run.
+_LAZY = frozenset({"SandboxServer", "create_app"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from shipping_async import sandbox
+
+        return getattr(sandbox, name)
+    raise AttributeError(f"module 'shipping_async' has no attribute {name!r}")
