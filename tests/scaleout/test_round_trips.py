@@ -44,20 +44,20 @@ class Transactions:
         connection.add_query_logger(logged)
 
 
-def intent_checked(api: FakeAPI, schema: str) -> list[str]:
-    """Make ``api``'s POST /orders, once on the wire, read its job's row (on a connection of
-    its own): the intent must be committed, under a claim, before the request left."""
+def intent_checked(
+    api: FakeAPI, reader: asyncpg.Connection, one_at_a_time: asyncio.Lock, schema: str
+) -> list[str]:
+    """Make ``api``'s POST /orders, once on the wire, read its job's row (on a connection
+    the journal does not use): the intent must be committed, under a claim, before the
+    request left."""
     seen: list[str] = []
     on_the_wire = api.in_flight
 
     async def checked(reference: str) -> None:
-        connection = await asyncpg.connect(POSTGRES_DSN)
-        try:
-            row = await connection.fetchrow(
+        async with one_at_a_time:
+            row = await reader.fetchrow(
                 f'SELECT state, claim_token FROM "{schema}".jobs WHERE key = $1', reference
             )
-        finally:
-            await connection.close()
         if row is not None and row["state"] == "ordering" and row["claim_token"] is not None:
             seen.append(reference)
         await on_the_wire(reference)
@@ -95,15 +95,22 @@ async def test_a_worker_needs_at_most_4_transactions_per_job(
     await journal.add(
         [msgspec.structs.replace(make_job(key), account=key.split("-")[0]) for key in keys]
     )
-    intents = [intent_checked(api, schema) for api in apis.values()]
+    reader = await asyncpg.connect(POSTGRES_DSN)
+    lock = asyncio.Lock()
+    intents = [intent_checked(api, reader, lock, schema) for api in apis.values()]
     worker = Worker(journal, apis.__getitem__, clock=clock, lease=60, max_in_flight=16)
 
     seen.counting = True
-    async with asyncio.timeout(30):
-        done = [result.key async for result in worker.run()]
-    seen.counting = False
+    try:
+        async with asyncio.timeout(60):
+            done = [result.key async for result in worker.run()]
+    finally:
+        seen.counting = False
+        await reader.close()
 
     assert sorted(done) == sorted(keys)
+    failed = [record async for record in journal.records(states=[JobState.FAILED])]
+    assert [record.error for record in failed] == []
     assert (await journal.counts())[JobState.DONE] == len(keys)
     assert sum(len(api.sent) for api in apis.values()) == len(keys)
     assert sorted(key for seen_by in intents for key in seen_by) == sorted(keys)
