@@ -298,8 +298,10 @@ def held_keys(db: sqlite3.Connection, claims: Sequence[tuple[str, str]]) -> set[
     return held
 
 
-def select_one(db: sqlite3.Connection, key: str) -> JobRecord:
-    rows = select_keys(db, [key])
+def select_one(
+    db: sqlite3.Connection, key: str, known: Mapping[str, tuple[bytes, ShipmentJob]] | None = None
+) -> JobRecord:
+    rows = select_keys(db, [key], known)
     if not rows:
         raise no_such_job(key)
     return rows[0]

@@ -81,6 +81,9 @@ __all__ = ["SQLiteJournal"]
 
 T = TypeVar("T")
 
+#: Claimed jobs kept decoded at most (far above any run's jobs in flight).
+_KEPT_JOBS = 20_000
+
 
 class SQLiteJournal(JournalStore):
     """A :class:`~shipping_async.bulk.journal.Journal` in one SQLite file.
@@ -104,6 +107,11 @@ class SQLiteJournal(JournalStore):
         self._pending: list[Write] = []
         self._flusher: asyncio.Task[None] | None = None
         self._closed = False
+        #: The jobs claimed through this journal, decoded, with their stored bytes: a
+        #: write reads its row again, and the job would be decoded (and checked) each
+        #: time. Used only while the row holds those very bytes; touched only by whoever
+        #: holds the connection.
+        self._jobs: dict[str, tuple[bytes, ShipmentJob]] = {}
 
     @classmethod
     async def open(cls, path: str | Path, *, clock: Clock | None = None) -> Self:
@@ -187,9 +195,12 @@ class SQLiteJournal(JournalStore):
                     f"SELECT {COLUMNS} FROM jobs WHERE {sql} ORDER BY seq LIMIT ?",
                     [*args, left + len(left_out)],
                 ).fetchall()
-                found = [to_record(row) for row in rows]
-                found = [record for record in found if record.key not in left_out][:left]
-                claimed.extend(claim_row(db, record, worker_id, now, lease) for record in found)
+                # Rows are left out before they are decoded: a job is most of a row's cost.
+                mine = [row for row in rows if row[0] not in left_out][:left]
+                for row in mine:
+                    record = claim_row(db, to_record(row), worker_id, now, lease)
+                    self._keep(record, row[3])
+                    claimed.append(record)
             return claimed
 
         def take(db: sqlite3.Connection) -> list[JobRecord]:
@@ -225,13 +236,12 @@ class SQLiteJournal(JournalStore):
                 f"AND lease_until > ? AND state IN ({placeholders(states)}) ORDER BY seq",
                 [worker_id, now, *states],
             )
-            found = (to_record(row) for row in rows)
             return [
-                record
-                for record in found
-                if (account is None or record.account == account)
-                and (wanted is None or record.key in wanted)
-                and record.key not in left_out
+                to_record(row)
+                for row in rows
+                if (account is None or row[1] == account)
+                and (wanted is None or row[0] in wanted)
+                and row[0] not in left_out
             ][:limit]
 
         return await self._read(read)
@@ -254,6 +264,8 @@ class SQLiteJournal(JournalStore):
         pairs = list(claims.items())
 
         def drop(db: sqlite3.Connection) -> None:
+            for key, _ in pairs:
+                self._jobs.pop(key, None)
             db.executemany(
                 "UPDATE jobs SET lease_owner = NULL, lease_until = NULL, claim_token = NULL "
                 "WHERE key = ? AND claim_token = ?",
@@ -355,6 +367,11 @@ class SQLiteJournal(JournalStore):
 
     # -- the writer ----------------------------------------------------------------------
 
+    def _keep(self, record: JobRecord, raw_job: bytes) -> None:
+        if len(self._jobs) >= _KEPT_JOBS:  # claims never settled here (a bug elsewhere)
+            self._jobs.clear()
+        self._jobs[record.key] = (raw_job, record.job)
+
     def _stamp(self) -> str:
         return self._clock.now().isoformat()
 
@@ -371,7 +388,7 @@ class SQLiteJournal(JournalStore):
         now = self._clock.now()
 
         def change(db: sqlite3.Connection) -> JobRecord:
-            record = select_one(db, key)
+            record = select_one(db, key, self._jobs)
             if record.claim_token is None or record.claim_token != token:
                 raise lease_lost(key)
             expiry = record.lease_until
@@ -383,6 +400,8 @@ class SQLiteJournal(JournalStore):
             if keep_lease:
                 until = expiry.timestamp() if expiry is not None else None
                 lease = (record.lease_owner, until, token)
+            else:
+                self._jobs.pop(key, None)  # finished: no write under this claim follows
             return store_state(db, record, state, fields, now.isoformat(), lease=lease)
 
         if JobState.ORDERING in (state, require):  # the intent, or taking it back
