@@ -22,6 +22,7 @@ from shipping_async.bulk._journal_store import (
     no_such_job,
     read_column,
 )
+from shipping_async.bulk._sent_marks import PreviousMarks
 from shipping_async.bulk.jobs import ShipmentJob
 from shipping_async.bulk.journal import (
     JobFields,
@@ -57,6 +58,10 @@ CREATE TABLE IF NOT EXISTS order_events (
     deliveries INTEGER NOT NULL DEFAULT 1
 );
 CREATE INDEX IF NOT EXISTS order_events_by_time ON order_events (received_at);
+CREATE TABLE IF NOT EXISTS meta (
+    name TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
 """
 COLUMNS = (
     "key, account, state, job, facts, attempts, lease_owner, lease_until, order_intent_at, "
@@ -71,7 +76,21 @@ _FACTS = msgspec.json.Decoder(JobFields)
 Write = tuple[Callable[[sqlite3.Connection], Any], "asyncio.Future[Any]"]
 
 
-def connect(path: str, now: datetime) -> sqlite3.Connection:
+def connect(
+    path: str,
+    now: datetime,
+    *,
+    previous: PreviousMarks | None = None,
+    run: str | None = None,
+    boot: str | None = None,
+) -> sqlite3.Connection:
+    """Open the journal for this process; settle what the previous one left.
+
+    ``previous``: the previous run's sent marks (:mod:`~shipping_async.bulk._sent_marks`),
+    used only if the journal says that run was its last, on this boot (``boot``); then an
+    intent without its mark goes back to ``quoted``. ``run`` and ``boot`` are recorded
+    as this run's, for the marks file it starts.
+    """
     if path != ":memory:":
         _create_private(path)
     db = sqlite3.connect(path, timeout=0.2, isolation_level=None, check_same_thread=False)
@@ -93,7 +112,9 @@ def connect(path: str, now: datetime) -> sqlite3.Connection:
         db.execute("BEGIN IMMEDIATE")
         _migrate(db)
         # One process at a time: whatever a previous process leased is abandoned.
-        expire_orders(db, now, everyone=True)
+        sent = _marks_of_last_run(db, previous, boot)
+        expire_orders(db, now, everyone=True, sent=sent)
+        _start_run(db, run, boot)
         db.execute("UPDATE jobs SET lease_owner = NULL, lease_until = NULL, claim_token = NULL")
         db.execute("COMMIT")
     except (sqlite3.DatabaseError, JournalError) as exc:  # a table of another shape
@@ -153,16 +174,48 @@ def commit_one(db: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) ->
     return value
 
 
+_MARKS_META = "sent_marks"
+
+
+def _marks_of_last_run(
+    db: sqlite3.Connection, previous: PreviousMarks | None, boot: str | None
+) -> frozenset[tuple[str, str]] | None:
+    """``previous``'s marks if they are the journal's last run's, on this boot."""
+    if previous is None or boot is None or previous.boot != boot:
+        return None
+    row = db.execute("SELECT value FROM meta WHERE name = ?", [_MARKS_META]).fetchone()
+    if row is None or row[0] != _run_stamp(previous.run, previous.boot):
+        return None
+    return previous.marks
+
+
+def _start_run(db: sqlite3.Connection, run: str | None, boot: str | None) -> None:
+    if run is None or boot is None:  # no marks file this time: none may match later
+        db.execute("DELETE FROM meta WHERE name = ?", [_MARKS_META])
+        return
+    db.execute(
+        "INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)",
+        [_MARKS_META, _run_stamp(run, boot)],
+    )
+
+
+def _run_stamp(run: str, boot: str) -> str:
+    return f"{run} {boot}"
+
+
 def expire_orders(
     db: sqlite3.Connection,
     now: datetime,
     *,
     everyone: bool = False,
     exclude: Collection[str] = (),
+    sent: frozenset[tuple[str, str]] | None = None,
 ) -> None:
     """ORDERING jobs whose worker is gone (lease over) cannot know their answer: UNKNOWN.
 
-    Jobs in ``exclude`` are the caller's own, still being worked on: not gone.
+    Jobs in ``exclude`` are the caller's own, still being worked on: not gone. With
+    ``sent`` (the dead run's sent marks, see :mod:`~shipping_async.bulk._sent_marks`), a
+    job whose intent has no mark was never sent: it goes back to QUOTED instead.
     """
     sql = f"SELECT {COLUMNS} FROM jobs WHERE state = ?"
     params: list[Any] = [JobState.ORDERING.value]
@@ -172,8 +225,13 @@ def expire_orders(
     for row in db.execute(sql, params).fetchall():
         if row[0] in exclude:
             continue
+        record = to_record(row)
+        intent = record.order_intent_at
+        if sent is not None and intent is not None and (record.key, wall_stamp(intent)) not in sent:
+            store_state(db, record, JobState.QUOTED, {}, now.isoformat(), lease=NO_LEASE)
+            continue
         fields: JobFields = {"error": DIED_MID_ORDER, "error_stage": "order", "retryable": False}
-        store_state(db, to_record(row), JobState.UNKNOWN, fields, now.isoformat(), lease=NO_LEASE)
+        store_state(db, record, JobState.UNKNOWN, fields, now.isoformat(), lease=NO_LEASE)
 
 
 #: A lease as stored: (owner, until as a timestamp, claim token).

@@ -17,7 +17,10 @@ holds the file for the life of the connection: a second process opening the same
 journal fails at once instead of working the same jobs, and (with the shared-memory
 index unused) the file works on any filesystem. Because no other process can hold a
 lease, opening the journal ends every lease left by a previous process and turns its
-``ORDERING`` jobs (sent, answer never recorded) into ``UNKNOWN``.
+``ORDERING`` jobs (sent, answer never recorded) into ``UNKNOWN`` - except those whose
+request the previous process never wrote, which its sent marks (``<journal>-sent``, see
+:mod:`~shipping_async.bulk._sent_marks`) prove on the same boot: they are ``QUOTED``
+again and sent by this run.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import sqlite3
+import uuid
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -42,6 +46,7 @@ from shipping_async.bulk._journal_store import (
     reconciled_state,
     wrong_state,
 )
+from shipping_async.bulk._sent_marks import SentMarks, boot_id, previous_marks
 from shipping_async.bulk._sqlite_evidence import insert_events, select_events
 from shipping_async.bulk._sqlite_rows import (
     CHUNK,
@@ -97,9 +102,16 @@ class SQLiteJournal(JournalStore):
     #: ``begin_order`` commits on the event loop's thread (see the module docstring).
     immediate_intents: ClassVar[bool] = True
 
-    def __init__(self, connection: sqlite3.Connection, executor: ThreadPoolExecutor, clock: Clock):
+    def __init__(
+        self,
+        connection: sqlite3.Connection,
+        executor: ThreadPoolExecutor,
+        clock: Clock,
+        marks: SentMarks | None = None,
+    ):
         self._db = connection
         self._executor = executor
+        self._marks = marks
         # Held by whoever uses the connection: the writer thread's batch, a read, or an
         # order intent committed on the loop's thread.
         self._connection = asyncio.Lock()
@@ -119,12 +131,31 @@ class SQLiteJournal(JournalStore):
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-journal")
         clock = clock or SystemClock()
         loop = asyncio.get_running_loop()
+        name = str(path)
+        # What the previous run had sent (see _sent_marks); a journal in memory has none.
+        marks_path = None if name == ":memory:" else f"{name}-sent"
+        boot = boot_id() if marks_path is not None else None
+        run = uuid.uuid4().hex if boot is not None else None
         try:
-            db = await loop.run_in_executor(executor, connect, str(path), clock.now())
+            previous = None
+            if marks_path is not None:
+                previous = await loop.run_in_executor(executor, previous_marks, marks_path)
+            opening = functools.partial(
+                connect, name, clock.now(), previous=previous, run=run, boot=boot
+            )
+            db = await loop.run_in_executor(executor, opening)
         except BaseException:
             executor.shutdown(wait=False)
             raise
-        return cls(db, executor, clock)
+        marks = None
+        if marks_path is not None and run is not None and boot is not None:
+            try:
+                marks = SentMarks(marks_path, run=run, boot=boot)
+            except OSError as exc:
+                await loop.run_in_executor(executor, db.close)
+                executor.shutdown(wait=False)
+                raise JournalError(f"cannot write {marks_path}: {exc.strerror or exc}") from None
+        return cls(db, executor, clock, marks)
 
     # -- the Journal protocol ------------------------------------------------------------
 
@@ -363,6 +394,8 @@ class SQLiteJournal(JournalStore):
         loop = asyncio.get_running_loop()
         async with self._connection:
             await loop.run_in_executor(self._executor, self._db.close)
+        if self._marks is not None:
+            self._marks.close()
         self._executor.shutdown(wait=True)
 
     # -- the writer ----------------------------------------------------------------------
@@ -404,9 +437,25 @@ class SQLiteJournal(JournalStore):
                 self._jobs.pop(key, None)  # finished: no write under this claim follows
             return store_state(db, record, state, fields, now.isoformat(), lease=lease)
 
-        if JobState.ORDERING in (state, require):  # the intent, or taking it back
+        if state is JobState.ORDERING:
+            record = await self._write_here(change)
+            # Committed (fsync done); its request is written right after this returns.
+            self._note_sent(record)
+            return record
+        if require is JobState.ORDERING:  # taking the intent back
             return await self._write_here(change)
         return await self._write(change)
+
+    def _note_sent(self, record: JobRecord) -> None:
+        if self._marks is None or record.order_intent_at is None:
+            return
+        try:
+            self._marks.note(record.key, wall_stamp(record.order_intent_at))
+        except OSError as exc:
+            raise JournalError(
+                f"cannot write the journal's sent marks ({exc.strerror or exc}); "
+                f"job {record.key!r} was not sent"
+            ) from None
 
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         if self._closed:

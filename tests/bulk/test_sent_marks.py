@@ -1,0 +1,122 @@
+"""A run killed between its intent's commit and the request: told apart by the sent marks.
+
+A copy of the journal's files (database, WAL and ``-sent``) taken while the journal is
+open is what a SIGKILL at that moment leaves; opening the copy settles the dead run as a
+resumed run does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+import pytest
+
+from shipping_async.bulk import _sent_marks, sqlite_journal
+from shipping_async.bulk.journal import JobState
+from shipping_async.bulk.sqlite_journal import SQLiteJournal
+from tests.bulk.support import make_job
+
+KEY = "M-1"
+
+
+async def _intent_recorded(path: Path) -> SQLiteJournal:
+    journal = await SQLiteJournal.open(path)
+    await journal.add([make_job(KEY)])
+    [record] = await journal.claim("host:1:w", lease=600, limit=1, keys=[KEY])
+    token = record.claim_token or ""
+    await journal.record(token, KEY, JobState.QUOTED, quote_id=1, estimate_id=2)
+    await journal.begin_order(token, KEY, quote_id=1, estimate_id=2)
+    return journal
+
+
+async def _killed_copy(path: Path, copy: Path, *, marks: bool = True) -> None:
+    """The files a SIGKILL now would leave, at ``copy``; ``marks=False``: the process died
+    before the intent's mark was written (inside the commit's fsync)."""
+    for suffix in ("", "-wal", "-sent"):
+        source = Path(f"{path}{suffix}")
+        if await asyncio.to_thread(source.exists):
+            await asyncio.to_thread(shutil.copyfile, source, f"{copy}{suffix}")
+    if not marks:
+        lines = (await asyncio.to_thread(Path(f"{copy}-sent").read_bytes)).splitlines()
+        await asyncio.to_thread(Path(f"{copy}-sent").write_bytes, lines[0] + b"\n")
+
+
+async def _state_on_resume(copy: Path) -> JobState:
+    async with await SQLiteJournal.open(copy) as journal:
+        record = await journal.get(KEY)
+    assert record is not None
+    return record.state
+
+
+@pytest.fixture(autouse=True)
+def _a_boot_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Machines without /proc boot ids conclude nothing; these tests need one.
+    monkeypatch.setattr(sqlite_journal, "boot_id", lambda: "boot-1")
+
+
+async def test_an_intent_whose_request_was_never_written_is_quoted_again_on_resume(
+    tmp_path: Path,
+) -> None:
+    journal = await _intent_recorded(tmp_path / "a.journal")
+    try:
+        await _killed_copy(tmp_path / "a.journal", tmp_path / "b.journal", marks=False)
+    finally:
+        await journal.close()
+
+    assert await _state_on_resume(tmp_path / "b.journal") is JobState.QUOTED
+
+
+async def test_an_intent_marked_sent_stays_unknown(tmp_path: Path) -> None:
+    journal = await _intent_recorded(tmp_path / "a.journal")
+    try:
+        await _killed_copy(tmp_path / "a.journal", tmp_path / "b.journal")
+    finally:
+        await journal.close()
+
+    assert await _state_on_resume(tmp_path / "b.journal") is JobState.UNKNOWN
+
+
+async def test_after_a_reboot_no_intent_is_concluded_never_sent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A power cut can lose marks the page cache held: on another boot nothing is concluded.
+    journal = await _intent_recorded(tmp_path / "a.journal")
+    try:
+        await _killed_copy(tmp_path / "a.journal", tmp_path / "b.journal", marks=False)
+    finally:
+        await journal.close()
+    monkeypatch.setattr(sqlite_journal, "boot_id", lambda: "boot-2")
+
+    assert await _state_on_resume(tmp_path / "b.journal") is JobState.UNKNOWN
+
+
+async def test_marks_of_another_run_than_the_journals_last_conclude_nothing(
+    tmp_path: Path,
+) -> None:
+    # A journal restored from a backup beside a newer run's marks file.
+    journal = await _intent_recorded(tmp_path / "a.journal")
+    try:
+        await _killed_copy(tmp_path / "a.journal", tmp_path / "b.journal", marks=False)
+    finally:
+        await journal.close()
+    header = _sent_marks.previous_marks(f"{tmp_path / 'b.journal'}-sent")
+    assert header is not None
+    other = _sent_marks.SentMarks(f"{tmp_path / 'b.journal'}-sent", run="other", boot="boot-1")
+    other.close()
+
+    assert await _state_on_resume(tmp_path / "b.journal") is JobState.UNKNOWN
+
+
+async def test_a_torn_last_mark_is_no_mark(tmp_path: Path) -> None:
+    journal = await _intent_recorded(tmp_path / "a.journal")
+    try:
+        await _killed_copy(tmp_path / "a.journal", tmp_path / "b.journal")
+    finally:
+        await journal.close()
+    marks = Path(f"{tmp_path / 'b.journal'}-sent")
+    data = await asyncio.to_thread(marks.read_bytes)
+    await asyncio.to_thread(marks.write_bytes, data[:-5])  # the kill fell inside the write
+
+    assert await _state_on_resume(tmp_path / "b.journal") is JobState.QUOTED
