@@ -32,9 +32,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     exit code 2, no traceback.
     """
     from shipping_async.bulk.journal import JournalError
+    from shipping_async.cli._malloc import few_arenas
     from shipping_async.cli._terminal import printable
     from shipping_async.errors import ShippingError
 
+    few_arenas()  # before the run starts threads
     args = build_parser().parse_args(argv)
     # The words as given: a resume command repeats them (with the journal and --resume).
     args.argv = list(sys.argv[1:] if argv is None else argv)
