@@ -208,9 +208,10 @@ async def exchange(
         raise APIConnectionError(
             f"{method} {path}: {type(exc).__name__}: {exc}", method=method, path=path
         ) from discreet(exc)
-    _log.debug(
-        "<- %s %s %d in %.3f s (%d bytes)", method, url, status, loop.time() - started, len(raw)
-    )
+    if _log.isEnabledFor(logging.DEBUG):  # not even the arguments otherwise: every request
+        _log.debug(
+            "<- %s %s %d in %.3f s (%d bytes)", method, url, status, loop.time() - started, len(raw)
+        )
     if status >= 300:
         # A proxy or debug page may echo the request headers back: keep the token out of
         # the error's text, body and headers.
