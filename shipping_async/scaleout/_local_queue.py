@@ -8,9 +8,11 @@ carries everything the process has for the account:
 - the releases queued since the last call, each dated with its true time. An unsent one
   (its permit is free for others now) makes the call due at once, so the releases of one
   event-loop tick share it; a sent one rides along with the next call, at the latest
-  ``flush`` seconds later. Its permit stays counted meanwhile, and counts from its true
-  release time however late it is written, so holding it back never shortens a hold: it
-  only delays, by at most ``flush``, other processes' view of when it frees.
+  ``flush`` seconds later - or ``lazy`` seconds while the last call found permits left
+  and nobody waiting in line: then no process needs to know yet. Its permit stays
+  counted meanwhile, and counts from its true release time however late it is written,
+  so holding it back never shortens a hold: it only delays other processes' view of
+  when it frees.
 - the permits wanted: one per waiter, and for the reserve what the order gate's jobs want
   now (see :mod:`~shipping_async.scaleout._reserve`).
 
@@ -61,11 +63,13 @@ class LocalQueue:
         "_ahead",
         "_blocked_until",
         "_clock",
+        "_contended",
         "_due",
         "_flush",
         "_free_at",
         "_held",
         "_kick",
+        "_lazy",
         "_lease",
         "_max_outage",
         "_napping_until",
@@ -91,6 +95,7 @@ class LocalQueue:
         clock: Clock,
         lease: float,
         flush: float,
+        lazy: float,
         max_outage: float | None,
     ) -> None:
         self._store = store
@@ -102,6 +107,8 @@ class LocalQueue:
         self._lease = lease
         self._ahead = reserve.ahead
         self._flush = flush
+        self._lazy = lazy
+        self._contended = True  # as the last call found (unknown: as if so)
         self._max_outage = max_outage
         self._waiters: deque[asyncio.Future[Permit]] = deque()
         # Releases not yet written: (id, sent, released at on the clock), and when the
@@ -158,7 +165,7 @@ class LocalQueue:
         """Queue a release for the next call: at once if unsent, within ``flush`` if sent."""
         now = self._clock.monotonic()
         self._outbox.append((permit_id, sent, now))
-        due = now + self._flush if sent else now
+        due = now if not sent else now + (self._flush if self._contended else self._lazy)
         if due < self._due:
             self._due = due
             if due < self._napping_until:
@@ -253,6 +260,10 @@ class LocalQueue:
                 self._fail_closed(exc)
                 continue
             self._recovered()
+            self._contended = synced.contended
+            if synced.contended and self._outbox:
+                # Others may wait for what frees now: releases held back are due sooner.
+                self._due = min(self._due, self._clock.monotonic() + self._flush)
             self._hand_out(synced.granted, direct, asked_at=now)
             now = self._clock.monotonic()
             if synced.paused > 0:

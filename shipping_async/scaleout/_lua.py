@@ -23,8 +23,9 @@ share, ``ARGV[5]`` the epoch the caller knew ('' if none), ``ARGV[6]`` a fresh e
 use if the state is missing, ``ARGV[7]`` state TTL (ms).
 
 Every script returns ``{result, wait_us, limit, window_us, margin_us, epoch, paused_us,
-count}``: ``paused_us`` how long everyone is still paused (0 if not), ``count`` how many
-permits of the account count now.
+count, contended}``: ``paused_us`` how long everyone is still paused (0 if not), ``count``
+how many permits of the account count now, ``contended`` 1 if none is left or a process
+waits in line (so releases matter to others now), else 0.
 """
 
 from __future__ import annotations
@@ -62,9 +63,9 @@ if ARGV[5] ~= '' and ARGV[5] ~= epoch then
 end
 redis.call('PEXPIRE', state, tonumber(ARGV[7]))
 redis.call('ZREMRANGEBYSCORE', permits, '-inf', now - hold)
-local function reply(result, wait)
+local function reply(result, wait, contended)
   return {result, wait, limit, window, hold - window, epoch,
-          math.max(0, paused_until - now), redis.call('ZCARD', permits)}
+          math.max(0, paused_until - now), redis.call('ZCARD', permits), contended or 0}
 end
 """
 
@@ -108,7 +109,7 @@ for i = 14, first - 1, 3 do
   end
 end
 local wanted = #ARGV - first + 1
-local granted, wait = 0, 0
+local granted, wait, contended = 0, 0, 1
 if now < paused_until then
   if wanted > 0 then wait = paused_until - now end
 else
@@ -116,6 +117,9 @@ else
   local kept = 0  -- permits kept for the process first in line
   if line[1] and line[1] ~= me and now < tonumber(line[3]) then kept = tonumber(line[2]) end
   local count = redis.call('ZCARD', permits)
+  if kept == 0 and count < limit and not (line[1] and now < tonumber(line[3])) then
+    contended = 0
+  end
   while granted < wanted and count + kept < limit do
     local score = now + lease
     if granted >= direct then score = score + ahead end
@@ -124,6 +128,7 @@ else
     count = count + 1
     written = true
   end
+  if count + kept >= limit then contended = 1 end
   if wanted > 0 and count + kept >= limit then
     -- None left: the permit whose expiry brings the count below the limit, less what
     -- is kept for the first in line (scores ascend); beyond the set, one hold.
@@ -151,7 +156,7 @@ if written then
   local ttl = math.floor((lease + ahead + hold) / 1000) + 1000
   if redis.call('PTTL', permits) < ttl then redis.call('PEXPIRE', permits, ttl) end
 end
-return reply(granted, wait)
+return reply(granted, wait, contended)
 """
 )
 

@@ -40,12 +40,14 @@ class Release(NamedTuple):
 class Synced(NamedTuple):
     """What one :meth:`PermitStore.sync` got: the ids granted; if none is left, the
     seconds until it is worth asking again (else 0); the seconds everyone is still paused
-    (0 if not); how many permits of the account count now."""
+    (0 if not); how many permits of the account count now; whether none is left or a
+    process waits in line (releases matter to others now)."""
 
     granted: list[str]
     wait: float
     paused: float
     in_use: int
+    contended: bool
 
 
 class PermitStore:
@@ -128,16 +130,16 @@ class PermitStore:
             age = max(0, int(release.age / self._speed * _US))
             args += ["1" if release.sent else "0", age, release.id]
         args += ids
-        granted, wait, paused, count = await self._run("sync", *args)
-        return Synced(ids[:granted], wait, paused, count)
+        granted, wait, paused, count, contended = await self._run("sync", *args)
+        return Synced(ids[:granted], wait, paused, count, contended)
 
     async def pause(self, seconds: float, *, limit: int, window: float) -> float:
         """Grant nothing for ``seconds`` + margin; keep the stricter of the rates. Returns
         the seconds everyone is paused from now."""
-        _, _, paused, _ = await self._run("pause", self._us(seconds), limit, self._us(window))
+        _, _, paused, _, _ = await self._run("pause", self._us(seconds), limit, self._us(window))
         return paused
 
-    async def _run(self, script: str, *extra: str | int) -> tuple[int, float, float, int]:
+    async def _run(self, script: str, *extra: str | int) -> tuple[int, float, float, int, bool]:
         args: list[str | int] = [
             self.limit,
             self._us(self.window),
@@ -149,7 +151,7 @@ class PermitStore:
             *extra,
         ]
         reply: list[Any] = await self._scripts[script](keys=list(self.keys), args=args)
-        result, wait_us, limit, window_us, _margin_us, raw_epoch, paused_us, count = reply
+        result, wait_us, limit, window_us, _margin_us, raw_epoch, paused_us, count, busy = reply
         epoch = raw_epoch.decode() if isinstance(raw_epoch, bytes) else str(raw_epoch)
         if self._epoch and epoch != self._epoch:
             _log.warning(
@@ -160,7 +162,8 @@ class PermitStore:
         self._epoch = epoch
         self.limit = int(limit)
         self.window = self._seconds(int(window_us))
-        return int(result), self._seconds(int(wait_us)), self._seconds(int(paused_us)), int(count)
+        paused = self._seconds(int(paused_us))
+        return int(result), self._seconds(int(wait_us)), paused, int(count), bool(int(busy))
 
     def _us(self, seconds: float) -> int:
         """Seconds of the caller's clock as integer microseconds of Redis' real clock."""

@@ -59,6 +59,8 @@ _AHEAD_SHARE = 1.0
 # A sent release is written within 1 % of a window, with the next call if one comes sooner;
 # a permit fetched ahead that the gate's jobs no longer want goes back after as long.
 _FLUSH_SHARE = 0.05
+# ... or within half a window while the account has permits left and nobody waits in line.
+_LAZY_SHARE = 0.5
 
 
 class OrderGateLike(Protocol):
@@ -165,6 +167,7 @@ class RedisOrderLimiter:
             clock=self._clock,
             lease=self._lease,
             flush=float(window) * _FLUSH_SHARE,
+            lazy=float(window) * _LAZY_SHARE,
             max_outage=max_outage,
         )
         self._pump: asyncio.Task[None] | None = None  # runs the queue while it is needed

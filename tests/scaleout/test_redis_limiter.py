@@ -530,3 +530,16 @@ async def test_a_process_first_in_line_that_died_is_passed_over(
     await alive.acquire()
     # Free one hold after the release; the line was kept 5 % of a hold longer.
     assert time.monotonic() - released <= HOLD * 1.05 + 0.1
+
+
+async def test_a_release_rides_along_with_the_next_call_while_permits_are_left(
+    make_limiter: MakeLimiter,
+) -> None:
+    limiter = make_limiter(limit=5)
+    calls = count_calls(limiter)
+    for _ in range(3):
+        permit = await limiter.acquire()
+        await limiter.release(permit, sent=True)
+        await asyncio.sleep(WINDOW * 0.1)  # past the 5 % flush, within half a window
+    assert calls[0] == 3  # one per order: each release went with the next order's call
+    assert await limiter.in_use() == 3  # written now, each counted from its true time
