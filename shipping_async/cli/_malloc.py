@@ -2,11 +2,12 @@
 
 glibc gives each thread that allocates an arena of its own (up to eight per core), and
 memory freed in one arena serves only that arena. A run's threads (the SQLite journal's
-writer, the resolver's) each grow one: measured with ``benchmarks/many_accounts.py``, a
-200-account SQLite worker peaked at 172 MiB with the default and at 80 MiB with two
-arenas, at the same speed. Called once at the start of the command line, before threads
-start; ``MALLOC_ARENA_MAX`` in the environment still decides when it is set. Elsewhere
-than glibc (musl, macOS) nothing happens.
+writer, the resolver's) each grow one. Measured with ``benchmarks/many_accounts.py``, a
+200-account SQLite worker peaked at 169-172 MiB with the default and at 80 MiB in both
+runs with ``MALLOC_ARENA_MAX=2``; with this cap at 80 and at 165 MiB: it helps, and is not
+the whole story. Called once at the start of the command line, before threads start;
+``MALLOC_ARENA_MAX`` in the environment still decides when it is set. Elsewhere than
+glibc (musl, macOS) nothing happens.
 """
 
 from __future__ import annotations
