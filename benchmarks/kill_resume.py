@@ -1,13 +1,15 @@
 """Kill/resume cycles of the example batch: duplicates, lost, unknown, 429s, time / bound.
 
 Run: .venv/bin/python benchmarks/kill_resume.py [--cycles 20] [--kills 3] [--speed 20]
-     [--seed 0] [--journal sqlite|postgres]
+     [--seed 0] [--journal sqlite|postgres] [--kinds random,early,pause[,burst]]
 
 Each cycle (one seed) ships ``examples/shipments.csv`` (60 jobs) with ``shipping-async
 bulk ... --journal J --out R --rate-limit 20/S`` against a fresh sandbox at ``speed``
 (the 60 s window lasts 60/speed real seconds), SIGKILLs the run up to ``kills`` times at
 seeded random moments - anywhere in its first two windows, within one window after a
-restarted run's first order, or inside a 429 pause the sandbox provokes - and resumes with
+restarted run's first order, or inside a 429 pause the sandbox provokes; with ``--kinds``
+also ``burst``: just after half the first window's orders were created, while the rest
+are being sent - and resumes with
 ``--resume`` until a run ends on its own. Everything is judged from the sandbox's request
 log (see ``tests/restart/harness.py``):
 
@@ -50,7 +52,9 @@ REDIS_URL = "redis://127.0.0.1:6379/0"
 
 async def one(seed: int, args: argparse.Namespace, folder: Path) -> Cycle:
     if args.journal == "sqlite":
-        return await run_cycle(seed, folder / f"cycle{seed}", kills=args.kills, speed=args.speed)
+        return await run_cycle(
+            seed, folder / f"cycle{seed}", kills=args.kills, kinds=args.kinds, speed=args.speed
+        )
     import asyncpg
     import redis.asyncio as aioredis
 
@@ -62,6 +66,7 @@ async def one(seed: int, args: argparse.Namespace, folder: Path) -> Cycle:
             journal=f"{POSTGRES_DSN}?schema={name}",
             limiter=f"{REDIS_URL}?prefix={name}",
             kills=args.kills,
+            kinds=args.kinds,
             speed=args.speed,
         )
     finally:
@@ -82,10 +87,19 @@ async def main() -> None:
     parser.add_argument("--speed", type=float, default=20.0)
     parser.add_argument("--seed", type=int, default=0, help="the first cycle's seed")
     parser.add_argument("--journal", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument(
+        "--kinds",
+        type=lambda text: tuple(text.split(",")),
+        default=("random", "early", "pause"),
+        help="kinds of kill drawn: random, early, pause, burst",
+    )
     args = parser.parse_args()
+    if set(args.kinds) - {"random", "early", "pause", "burst"}:
+        parser.error(f"--kinds: random, early, pause or burst, not {','.join(args.kinds)}")
     print(
-        f"{args.cycles} cycles x 60 jobs, up to {args.kills} SIGKILLs each, sandbox speed "
-        f"{args.speed:g} (window {60 / args.speed:g} s real), {args.journal} journal"
+        f"{args.cycles} cycles x 60 jobs, up to {args.kills} SIGKILLs each "
+        f"({','.join(args.kinds)}), sandbox speed {args.speed:g} (window "
+        f"{60 / args.speed:g} s real), {args.journal} journal"
     )
     print()
     print(

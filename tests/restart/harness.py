@@ -44,7 +44,7 @@ from shipping_async.sandbox._log import RequestRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "shipments.csv"
-KINDS = ("random", "early", "pause")  # drawn for seeded cycles; "burst" only in a plan
+KINDS = ("random", "early", "pause")  # drawn for seeded cycles by default
 WINDOW = 60.0  # the API's window, sandbox seconds
 LIMIT = 20
 LEASE = 1.5  # real seconds a killed run's claims stay its own
@@ -247,13 +247,14 @@ async def run_cycle(
     journal: str | None = None,
     limiter: str | None = None,
     kills: int = 3,
+    kinds: Sequence[str] = KINDS,
     plan: Sequence[str] | None = None,
     speed: float = 60.0,
 ) -> Cycle:
     """Ship the example batch, killing its runs ``kills`` times; judge by the sandbox.
 
-    The kinds of kill (:data:`KINDS`) are drawn from ``seed``, or follow ``plan``; a run
-    that ends before its kill ends the cycle.
+    The kinds of kill (``kinds``, :data:`KINDS` unless told) are drawn from ``seed``, or
+    follow ``plan``; a run that ends before its kill ends the cycle.
     """
     rng = random.Random(seed)
     keys = batch_keys()
@@ -263,7 +264,8 @@ async def run_cycle(
     started = time.monotonic()
     async with SandboxServer(speed=speed, seed=seed) as sandbox:
         runner = _Runner(sandbox, folder, journal=journal, limiter=limiter, speed=speed, rng=rng)
-        kinds = list(plan) if plan is not None else [rng.choice(KINDS) for _ in range(kills)]
+        drawn = [rng.choice(kinds) for _ in range(kills)]
+        kinds = list(plan) if plan is not None else drawn
         for kind in kinds:
             process = runner.start()
             if await runner.kill_at(process, kind):
