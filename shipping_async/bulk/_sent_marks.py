@@ -83,23 +83,66 @@ def previous_marks(path: str) -> PreviousMarks | None:
 
 
 class SentMarks:
-    """This run's marks file: started empty (its header) when the journal is opened."""
+    """This run's marks file: started empty (its header) when the journal is opened.
 
-    __slots__ = ("_fd",)
+    Only the marks of intents still open matter to the next run; :meth:`answered` drops
+    a job's mark from them, and once the file passes ``max_bytes`` it is rewritten with
+    the open ones alone (a new file renamed over the old: a kill finds one or the
+    other, each holding every open mark), so that a worker running for weeks keeps a
+    small file.
+    """
 
-    def __init__(self, path: str, *, run: str, boot: str) -> None:
-        # Readable by its owner only, like the journal (keys are customer references).
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
-        self._write(_ENCODER.encode({"run": run, "boot": boot}) + b"\n")
+    __slots__ = ("_fd", "_header", "_max_bytes", "_open", "_path", "_size")
+
+    def __init__(self, path: str, *, run: str, boot: str, max_bytes: int = 1 << 20) -> None:
+        self._path = path
+        self._header = _ENCODER.encode({"run": run, "boot": boot}) + b"\n"
+        self._max_bytes = max_bytes
+        self._open: dict[str, bytes] = {}  # key -> its mark, for intents not yet answered
+        self._fd = self._start(path)
 
     def note(self, key: str, stamp: str) -> None:
         """The intent stamped ``stamp`` of job ``key`` is committed; its request goes next."""
-        self._write(_ENCODER.encode((key, stamp)) + b"\n")
+        line = _ENCODER.encode((key, stamp)) + b"\n"
+        self._write(line)
+        self._open[key] = line
+        if self._size > self._max_bytes:
+            self._rewrite()
+
+    def answered(self, key: str) -> None:
+        """Job ``key`` left its intent (answered, withdrawn): its mark matters no more."""
+        self._open.pop(key, None)
 
     def close(self) -> None:
         os.close(self._fd)
 
-    def _write(self, line: bytes) -> None:
-        # One write() per line: a kill lands before it, after it, or (torn) inside it.
-        if os.write(self._fd, line) != len(line):
+    def _start(self, path: str) -> int:
+        """A file at ``path`` holding the header and the open marks; its descriptor."""
+        # Readable by its owner only, like the journal (keys are customer references).
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+        data = self._header + b"".join(self._open.values())
+        try:
+            if os.write(fd, data) != len(data):
+                raise OSError("short write to the sent-marks file")
+        except BaseException:
+            os.close(fd)
+            raise
+        self._size = len(data)
+        return fd
+
+    def _rewrite(self) -> None:
+        fresh = f"{self._path}.new"
+        fd = self._start(fresh)
+        try:
+            os.replace(fresh, self._path)
+        except BaseException:
+            os.close(fd)
+            raise
+        old, self._fd = self._fd, fd
+        os.close(old)
+
+    def _write(self, data: bytes) -> None:
+        # One write() each: a kill lands before it, after it, or (torn) inside it.
+        if os.write(self._fd, data) != len(data):
             raise OSError("short write to the sent-marks file")
+        self._size += len(data)

@@ -443,8 +443,12 @@ class SQLiteJournal(JournalStore):
             self._note_sent(record)
             return record
         if require is JobState.ORDERING:  # taking the intent back
-            return await self._write_here(change)
-        return await self._write(change)
+            record = await self._write_here(change)
+        else:
+            record = await self._write(change)
+        if self._marks is not None:
+            self._marks.answered(key)
+        return record
 
     def _note_sent(self, record: JobRecord) -> None:
         if self._marks is None or record.order_intent_at is None:

@@ -120,3 +120,25 @@ async def test_a_torn_last_mark_is_no_mark(tmp_path: Path) -> None:
     await asyncio.to_thread(marks.write_bytes, data[:-5])  # the kill fell inside the write
 
     assert await _state_on_resume(tmp_path / "b.journal") is JobState.QUOTED
+
+
+def test_a_long_run_keeps_only_the_marks_of_intents_still_open(tmp_path: Path) -> None:
+    # A worker running for weeks: past its size the file is rewritten with the marks
+    # that can still matter, those of intents not yet answered.
+    path = str(tmp_path / "w.journal-sent")
+    marks = _sent_marks.SentMarks(path, run="r1", boot="boot-1", max_bytes=200)
+    try:
+        for index in range(20):
+            marks.note(f"K-{index}", f"stamp-{index}")
+            if index % 5:
+                marks.answered(f"K-{index}")
+    finally:
+        marks.close()
+
+    found = _sent_marks.previous_marks(path)
+    assert found is not None
+    assert (found.run, found.boot) == ("r1", "boot-1")
+    still_open = {(f"K-{i}", f"stamp-{i}") for i in range(0, 20, 5)}
+    assert still_open <= found.marks  # every open intent keeps its mark
+    assert len(found.marks) < 20  # answered ones were dropped at the rewrite
+    assert Path(path).stat().st_size <= 200 + 30  # one line past the limit at most
