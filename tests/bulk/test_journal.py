@@ -293,3 +293,30 @@ async def test_records_stream_in_the_order_jobs_were_added(path: Path) -> None:
         await journal.add(make_jobs(1200))
         keys = [record.key async for record in journal.records()]
         assert keys == [f"PO-{i:04d}" for i in range(1200)]
+
+
+async def test_a_write_reads_the_job_as_stored_even_when_its_bytes_changed_under_a_claim(
+    path: Path,
+) -> None:
+    # The journal keeps claimed jobs decoded; a row whose job column another program
+    # rewrote must be read as it now is, never from what was kept.
+    async with await SQLiteJournal.open(path) as journal:
+        await journal.add(make_jobs(2))
+        tokens = await claim(journal)
+        quoted = await journal.record(
+            tokens["PO-0000"], "PO-0000", JobState.QUOTED, quote_id=7, estimate_id=8
+        )
+        changed = msgspec.structs.replace(quoted.job, account="elsewhere")
+        journal._db.execute(
+            "UPDATE jobs SET job = ? WHERE key = ?",
+            [msgspec.json.encode(changed), "PO-0000"],
+        )
+        again = await journal.record(
+            tokens["PO-0000"], "PO-0000", JobState.QUOTED, quote_id=9, estimate_id=10
+        )
+        untouched = await journal.record(
+            tokens["PO-0001"], "PO-0001", JobState.QUOTED, quote_id=7, estimate_id=8
+        )
+    assert quoted.job.account == ""
+    assert again.job == changed
+    assert untouched.job.account == ""
