@@ -145,6 +145,11 @@ class OrderGate:
         # Permits held by requests still in flight free on their release (a poke); the
         # timeout covers a release that happened outside this pipeline.
         delay = window / 50 if at is None else max(at - self._clock.monotonic(), window / 1000)
+        # Look again within a tenth of a window whatever the limiter last said: asking it
+        # (above) is what makes a shared limiter fetch the permits its jobs want, and the
+        # journal's store may have gone and come back meanwhile (while it is away its jobs
+        # want none, and that limiter may have stopped asking Redis for good).
+        delay = min(delay, window / 10)
         waits = [
             asyncio.ensure_future(self._changed.wait()),
             asyncio.ensure_future(self._stop.wait()),
