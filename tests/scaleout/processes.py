@@ -181,6 +181,17 @@ class Workers:
                     subprocess.Popen(argv, stdout=out, stderr=err, env={**os.environ, **self.env})
                 )
 
+    async def logged(self, text: str, within: float = 20.0, *, out: bool = False) -> None:
+        """Until every worker started has written ``text`` to its stderr (``out``: its
+        stdout), say a line it prints once its journal is open; fails if one exits first."""
+        async with asyncio.timeout(within):
+            for index, process in enumerate(self.processes):
+                path = self.folder / f"worker{index}.{'out' if out else 'err'}"
+                while text not in path.read_text(errors="replace"):
+                    if process.poll() is not None:
+                        raise AssertionError(f"worker{index} exited early:\n{self.logs()}")
+                    await asyncio.sleep(0.02)
+
     def kill(self, index: int) -> None:
         self.processes[index].send_signal(signal.SIGKILL)
         self.processes[index].wait()
