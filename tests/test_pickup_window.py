@@ -145,3 +145,56 @@ def test_when_nothing_fits_every_date_gets_its_reason() -> None:
 def test_no_availabilities_at_all_is_said_plainly() -> None:
     with pytest.raises(NoPickupWindowError, match="no availabilities"):
         choose_pickup_window([], now=local(MONDAY, time(8, 0)))
+
+
+# Rule 4 at the edges, with the default 5-minute clock margin (cut-off 14:00 here).
+
+
+def test_just_before_the_cut_off_and_its_margin_today_is_chosen() -> None:
+    slots = [slot(MONDAY), slot(TUESDAY), slot(WEDNESDAY)]
+
+    chosen = choose_pickup_window(slots, now=local(MONDAY, time(13, 54, 59)))
+
+    assert chosen.request.scheduled_date == MONDAY
+
+
+def test_inside_the_margin_before_the_cut_off_same_and_next_day_are_passed_over() -> None:
+    slots = [slot(MONDAY), slot(TUESDAY), slot(WEDNESDAY)]
+
+    with pytest.raises(NoPickupWindowError) as caught:
+        choose_pickup_window(slots[:2], now=local(MONDAY, time(13, 55)))
+    chosen = choose_pickup_window(slots, now=local(MONDAY, time(13, 55)))
+
+    assert all("5-minute clock margin" in reason for reason in caught.value.reasons)
+    assert chosen.request.scheduled_date == WEDNESDAY
+
+
+@pytest.mark.parametrize("at", [time(14, 0), time(14, 0, 1), time(23, 50)])
+def test_at_and_after_the_cut_off_same_and_next_day_are_passed_over(at: time) -> None:
+    slots = [slot(MONDAY), slot(TUESDAY), slot(WEDNESDAY)]
+
+    chosen = choose_pickup_window(slots, now=local(MONDAY, at))
+
+    assert chosen.request.scheduled_date == WEDNESDAY
+
+
+def test_without_a_margin_the_chooser_goes_to_the_cut_off_exactly() -> None:
+    slots = [slot(MONDAY), slot(TUESDAY)]
+
+    before = choose_pickup_window(slots, now=local(MONDAY, time(13, 59)), margin=timedelta(0))
+
+    assert before.request.scheduled_date == MONDAY
+    with pytest.raises(NoPickupWindowError):
+        choose_pickup_window(slots, now=local(MONDAY, time(14, 0)), margin=timedelta(0))
+
+
+def test_just_after_midnight_a_server_still_in_yesterday_could_refuse_today() -> None:
+    # 00:02 on Tuesday: a server 3 minutes behind is at 23:59 on Monday, after Monday's
+    # cut-off, so Tuesday is its "tomorrow"; Wednesday is safe for both.
+    slots = [slot(TUESDAY), slot(WEDNESDAY)]
+
+    chosen = choose_pickup_window(slots, now=local(TUESDAY, time(0, 2)))
+    exact = choose_pickup_window(slots, now=local(TUESDAY, time(0, 2)), margin=timedelta(0))
+
+    assert chosen.request.scheduled_date == WEDNESDAY
+    assert exact.request.scheduled_date == TUESDAY

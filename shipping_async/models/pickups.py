@@ -100,6 +100,11 @@ class PickupWindow(msgspec.Struct, kw_only=True, frozen=True):
 # our reading (the sandbox does the same). One place to change it.
 SLOT_CLOSING_TIME = time(18, 0)
 
+# How far the server's clock may be from ours (protocol time) without a request the
+# chooser deems in time arriving after the cut-off; skews beyond it end in a 400 that the
+# caller answers by choosing again (see shipping_async.bulk._pickup).
+CLOCK_SKEW_MARGIN = timedelta(minutes=5)
+
 
 def choose_pickup_window(
     availabilities: list[PickupAvailability],
@@ -107,20 +112,26 @@ def choose_pickup_window(
     *,
     now: datetime,
     closing_time: time = SLOT_CLOSING_TIME,
+    margin: timedelta = CLOCK_SKEW_MARGIN,
 ) -> PickupWindow:
     """The first window, in date order, that obeys the rules and the wish.
 
     Rules (section 4.6): the window lies inside the slot (from ``earliest_pickup_time``
     to ``closing_time``), lasts at least ``minimum_access_duration_minutes``, and for a
     pickup today or tomorrow (in the slot's time zone) the request is made before the
-    ``cut_off_time``. ``now`` is an aware datetime. Raises :class:`NoPickupWindowError`
+    ``cut_off_time``. ``now`` is an aware datetime; a date is passed over when the
+    rule would refuse it at any moment within ``margin`` of ``now`` (the server's clock
+    may be that far from ours, either way; keep it well under the hours from the cut-off
+    to midnight). Raises :class:`NoPickupWindowError`
     listing why each date was passed over.
     """
     wish = wish or PickupWish()
     reasons: list[str] = []
     for slot in sorted(availabilities, key=lambda item: item.pickup_date):
         day = date(slot.pickup_date.year, slot.pickup_date.month, slot.pickup_date.day)
-        reason = _why_not(slot, day, wish, now.astimezone(slot.time_zone), closing_time)
+        reason = _refused(slot, day, now, margin) or _window(
+            slot, day, wish, now.astimezone(slot.time_zone), closing_time
+        )
         if isinstance(reason, str):
             reasons.append(f"{day.isoformat()}: {reason}")
             continue
@@ -131,18 +142,38 @@ def choose_pickup_window(
     raise NoPickupWindowError(f"no pickup window fits: {detail}", reasons)
 
 
-def _why_not(
+def _refused(slot: PickupAvailability, day: date, now: datetime, margin: timedelta) -> str | None:
+    """Why rule 4 (README choice 14) could refuse ``day`` on a server whose clock is
+    within ``margin`` of ``now``; ``None`` when it cannot.
+
+    In the slot's zone a request for day D is refused from the cut-off the day before to
+    midnight, and from the cut-off on D on (then D is in the past). Those stretches last
+    hours, so testing both ends of ``now +- margin`` (and ``now``) finds any overlap.
+    """
+    cut_off = time(slot.cut_off_time.hour, slot.cut_off_time.minute, slot.cut_off_time.second)
+    for moment in (now, now - margin, now + margin):
+        local = moment.astimezone(slot.time_zone)
+        if day < local.date():
+            return "in the past" if moment is now else "in the past, within the clock margin"
+        if day <= local.date() + timedelta(days=1) and local.time() >= cut_off:
+            skew = "" if moment is now else f" (with a {_minutes(margin)} clock margin)"
+            return (
+                f"same- or next-day pickup must be booked before the cut-off {cut_off:%H:%M}{skew}"
+            )
+    return None
+
+
+def _minutes(span: timedelta) -> str:
+    return f"{span.total_seconds() / 60:g}-minute"
+
+
+def _window(
     slot: PickupAvailability, day: date, wish: PickupWish, local_now: datetime, closing: time
 ) -> str | tuple[time, time]:
-    """Why ``slot`` cannot be used, or the (start, end) window to book on it."""
+    """Why the wish does not fit ``slot``, or the (start, end) window to book on it."""
     if wish.earliest_date is not None and day < wish.earliest_date:
         return f"before the earliest wished date {wish.earliest_date.isoformat()}"
     today = local_now.date()
-    if day < today:
-        return "in the past"
-    cut_off = time(slot.cut_off_time.hour, slot.cut_off_time.minute, slot.cut_off_time.second)
-    if day <= today + timedelta(days=1) and local_now.time() >= cut_off:
-        return f"same- or next-day pickup must be booked before the cut-off {cut_off:%H:%M}"
     minimum = timedelta(minutes=slot.minimum_access_duration_minutes)
     earliest = time(slot.earliest_pickup_time.hour, slot.earliest_pickup_time.minute)
     start = max(earliest, wish.window_start or earliest)
