@@ -32,7 +32,6 @@ import asyncio
 import functools
 import logging
 from collections.abc import Callable
-from datetime import timedelta
 from decimal import Decimal
 from typing import Protocol, Unpack
 
@@ -41,6 +40,7 @@ import msgspec
 from shipping_async._retry import order_intent
 from shipping_async.bulk._gate import GateClosedError, OrderGate
 from shipping_async.bulk._outage import IntentUnsettled
+from shipping_async.bulk._pickup import book_pickup
 from shipping_async.bulk.choice import EstimateChooser
 from shipping_async.bulk.journal import (
     JobFields,
@@ -77,7 +77,6 @@ from shipping_async.models import (
     QuoteRequest,
     ScheduledPickup,
     SchedulePickupRequest,
-    choose_pickup_window,
 )
 from shipping_async.telemetry._scope import job_stage
 
@@ -388,19 +387,11 @@ class JobPipeline:
         # On a hub order the availabilities and the booking apply to the first leg.
         assert record.order_id is not None
         wish = record.job.pickup or PickupWish()
-        await job.hold()  # a stale task must not book a second pickup
         try:
-            slots = await self._client.orders.pickup_availabilities(record.order_id)
-            window = choose_pickup_window(slots, wish, now=self._clock.now())
-            try:
-                booked = await self._client.orders.schedule_pickup(record.order_id, window.request)
-            except BadRequestError:
-                # The cut-off may have passed between choosing and booking (or the
-                # server's clock is ahead of ours): the next offered date, once.
-                later = window.request.scheduled_date + timedelta(days=1)
-                wish = msgspec.structs.replace(wish, earliest_date=later)
-                window = choose_pickup_window(slots, wish, now=self._clock.now())
-                booked = await self._client.orders.schedule_pickup(record.order_id, window.request)
+            # A stale task must not book a second pickup: ``hold`` before each booking.
+            window, booked = await book_pickup(
+                self._client.orders, record.order_id, wish, self._clock, job.hold
+            )
         except ShippingError as exc:
             return await job.fail(Stage.PICKUP, exc)
         when: JobFields = {
