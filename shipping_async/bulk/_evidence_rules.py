@@ -96,10 +96,11 @@ class UnknownOrder(msgspec.Struct, frozen=True, kw_only=True):
 
     Its request left between ``sent_from`` and ``sent_by`` (store clock): a journal's
     order intent is both; an order ledger knows the claim and when the answer was given
-    up on. Candidates are read from ``sent_from - skew``; the horizon (and silence)
-    counts from ``sent_by``. ``sent_by=None``: when (or whether) the request left is not
-    known (a create still claimed, whose process may have stopped): evidence may settle
-    it, silence never proves anything of it (the horizon then counts from ``sent_from``).
+    up on. Candidates are read from ``sent_from - skew`` on, however late they came;
+    the horizon (and silence) counts from ``sent_by``. ``sent_by=None``: when (or
+    whether) the request left is not known (a create still claimed, whose process may
+    have stopped): evidence may settle it, silence never proves anything of it (the
+    horizon then counts from ``sent_from``).
     """
 
     key: str
@@ -263,9 +264,12 @@ class EvidenceRules:
         """The one matching order, or why there is none (``silent``: proven silence)."""
         sent_by = unknown.sent_from if unknown.sent_by is None else unknown.sent_by
         until = sent_by + self.horizon_real
-        events = await self.evidence.order_received(
-            since=unknown.sent_from - self.skew, until=until
-        )
+        # Candidates are every event recorded since the request may have left, however
+        # late: the horizon bounds how long silence must last, never which evidence
+        # counts. An event recorded after it (the receiver's store was away, the API's
+        # last retry ran late) still proves that the order exists, and re-sending it
+        # would create it twice.
+        events = await self.evidence.order_received(since=unknown.sent_from - self.skew)
         candidates = [e for e in events if e.owner is None or e.owner == unknown.key]
         matches: list[OrderEvidence] = []
         unread: list[str] = []

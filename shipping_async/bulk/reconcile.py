@@ -6,9 +6,10 @@ has no id for. The API offers no search by ``customer_reference``, but every new
 fires ``shipment.updated.status`` / ``order_received`` with its id (section 6), recorded as
 evidence by the journal (:mod:`shipping_async.bulk.evidence`). For each unknown job:
 
-1. **Candidates**: orders first heard of within ``[intent - skew, intent + horizon]``
-   (the intent is stamped before the request is sent, on the same clock as the evidence),
-   that no *other* job holds.
+1. **Candidates**: orders first heard of since ``intent - skew`` (the intent is stamped
+   before the request is sent, on the same clock as the evidence), however late: an
+   event recorded after the horizon (its receiver's store was away, the API's last retry
+   ran late) still proves its order. That no *other* job holds.
 2. **Match**: ``GET /orders/{id}`` of each candidate; its ``customer_reference`` must be
    the job's, and its ``quote_id`` the job's quote where both are known.
 3. **One match**: the job becomes ``ORDERED`` with that id (the run continues with the
@@ -180,9 +181,7 @@ async def describe_evidence(
     intent = record.order_intent_at
     horizon_real = timedelta(seconds=horizon / speed)
     now = await journal.evidence_now()
-    window = await journal.order_received(
-        since=intent - timedelta(seconds=skew), until=intent + horizon_real
-    )
+    window = await journal.order_received(since=intent - timedelta(seconds=skew))
     candidates = [e for e in window if e.owner is None or e.owner == record.key]
     waited = (now - intent).total_seconds() * speed
     if candidates:

@@ -288,3 +288,27 @@ async def test_a_worker_s_passes_slow_down_while_only_a_person_can_decide(
     stop.set()
     await task
     assert 3 <= passes <= 8  # 0.01, 0.02, 0.04, ... rather than 40 passes
+
+
+async def test_evidence_that_arrives_after_the_horizon_still_proves_the_order(
+    journal: EvidenceJournal,
+) -> None:
+    # The receiver could not record the order's event in time (its journal store was
+    # away; the API's last retry ran late on a loaded host): it is recorded after the
+    # horizon, beside other events. The order exists: settled by it, never re-sent.
+    client = FakeClient()
+    token = await unknown(journal, "PO-1")
+    await give_up(journal, "PO-1", token)
+    reconciler = Reconciler(
+        journal, client, clock=ManualClock(), horizon=0.2, resend_after_silence=True
+    )
+    await asyncio.sleep(0.25)  # the horizon passed with nothing recorded
+    client.api.orders |= {7: ("PO-1", QUOTE), 50: ("PO-OTHER", QUOTE)}
+    await reconciler.record([event(50), event(7)])  # the store is back: both land now
+    report = await reconciler.run_once()
+    assert report.resent == []
+    assert [(s.key, s.order_id) for s in report.settled] == [("PO-1", 7)]
+    record = await journal.get("PO-1")
+    assert record is not None
+    assert record.state is JobState.ORDERED
+    assert record.order_id == 7
