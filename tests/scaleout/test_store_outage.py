@@ -21,7 +21,16 @@ from shipping_async.scaleout.postgres_journal import PostgresJournal
 
 from .conftest import REDIS_URL
 from .private_postgres import PrivatePostgres
-from .processes import SPEED, WINDOW, Sandbox, Workers, bound, order_span, start_sandbox
+from .processes import (
+    SPEED,
+    WINDOW,
+    Sandbox,
+    Workers,
+    bound,
+    created,
+    order_span,
+    start_sandbox,
+)
 from .test_many_workers import assert_each_ordered_once, enqueue, north
 
 WINDOW_REAL = WINDOW / SPEED  # one rate window, in real seconds
@@ -118,12 +127,18 @@ async def test_workers_ride_out_two_postgres_crashes_and_a_killed_worker(
     assert codes[1:] == [0, 0], logs
     assert (await journal.counts())[JobState.DONE] == 120
     orders = await sandbox.orders()
-    assert_each_ordered_once(orders, keys)
-    settled = [record.key async for record in journal.records() if record.evidence]
+    # What the reconcilers did (settled from evidence, or re-sent after silence) says
+    # which path a second order of one reference took, should there be one.
+    settled = [(r.key, r.evidence) async for r in journal.records() if r.evidence]
+    try:
+        assert_each_ordered_once(orders, keys)
+    except AssertionError as exc:
+        twice = [o for o in orders if created(orders)[o["customer_reference"]] > 1]
+        raise AssertionError(f"{exc}\ntwice: {twice}\nevidence: {settled}\n{logs}") from None
     span = order_span(orders) / SPEED
     print(
         f"batch {elapsed:.1f} s, orders spanned {span:.1f} s (bound {bound(120) / SPEED:.1f} s, "
-        f"store away {away:.1f} s, settled from evidence: {settled})"
+        f"store away {away:.1f} s, settled from evidence: {[key for key, _ in settled]})"
     )
 
 
