@@ -13,7 +13,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Protocol, TypedDict
 
 import msgspec
 
@@ -109,6 +109,17 @@ class UnknownOrder(msgspec.Struct, frozen=True, kw_only=True):
     sent_by: datetime | None
     account: str = ""
     quote_id: int | None = None
+
+
+class RulesOptions(TypedDict, total=False):
+    """The keyword options of :class:`EvidenceRules`, for a subclass that passes them on."""
+
+    clock: Clock | None
+    horizon: float
+    skew: float
+    resend_after_silence: bool
+    webhook_active: Callable[[], Awaitable[bool]] | None
+    client_for: Callable[[str], OrderReader] | None
 
 
 class EvidenceRules:

@@ -32,8 +32,9 @@ to have arrived after the intent, which a dead receiver could not have recorded.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from datetime import timedelta
+from typing import Unpack
 
 from shipping_async.bulk._evidence_rules import (
     CLOCK_SKEW,
@@ -44,6 +45,7 @@ from shipping_async.bulk._evidence_rules import (
     OrderReader,
     ReconcileReport,
     Remaining,
+    RulesOptions,
     Settled,
     UnknownOrder,
 )
@@ -75,29 +77,11 @@ class Reconciler(EvidenceRules):
     """
 
     def __init__(
-        self,
-        journal: EvidenceJournal,
-        client: OrderReader,
-        *,
-        clock: Clock | None = None,
-        horizon: float = SILENCE_HORIZON,
-        skew: float = CLOCK_SKEW,
-        resend_after_silence: bool = False,
-        webhook_active: Callable[[], Awaitable[bool]] | None = None,
-        client_for: Callable[[str], OrderReader] | None = None,
+        self, journal: EvidenceJournal, client: OrderReader, **options: Unpack[RulesOptions]
     ) -> None:
         if not isinstance(journal, EvidenceJournal):
             raise TypeError("journal: keeps no order_received evidence")
-        super().__init__(
-            journal,
-            client,
-            clock=clock,
-            horizon=horizon,
-            skew=skew,
-            resend_after_silence=resend_after_silence,
-            webhook_active=webhook_active,
-            client_for=client_for,
-        )
+        super().__init__(journal, client, **options)
         self.journal = journal
 
     async def run_once(self) -> ReconcileReport:
