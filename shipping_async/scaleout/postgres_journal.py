@@ -25,7 +25,6 @@ and last ``1 / speed`` as long in real time, like every other duration of the ru
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Self
@@ -49,6 +48,7 @@ from shipping_async.bulk._journal_store import (
     wrong_state,
 )
 from shipping_async.bulk._outage import unreachable
+from shipping_async.bulk._pg_evidence import database_now, record_events, select_events
 from shipping_async.bulk.evidence import OrderEvidence
 from shipping_async.bulk.jobs import ShipmentJob
 from shipping_async.bulk.journal import (
@@ -374,47 +374,20 @@ class PostgresJournal(JournalStore):
 
     async def record_order_received(self, order_ids: Sequence[int]) -> int:
         """Record ``order_received`` evidence, stamped with the database's ``now()``."""
-        if not order_ids:
-            return 0
-        counted = Counter(order_ids)  # one row per order in one statement
-        rows = await self._pool.fetch(
-            f"INSERT INTO {self._events} AS e (order_id, deliveries) "
-            "SELECT * FROM unnest($1::bigint[], $2::int[]) ON CONFLICT (order_id) "
-            "DO UPDATE SET deliveries = e.deliveries + EXCLUDED.deliveries "
-            "RETURNING (xmax = 0) AS new",
-            list(counted),
-            list(counted.values()),
-        )
-        return sum(1 for row in rows if row["new"])
+        return await record_events(self._pool, self._events, order_ids)
 
     async def order_received(
         self, *, since: datetime, until: datetime | None = None
     ) -> list[OrderEvidence]:
         """Evidence first received within ``[since, until]`` (the database's clock)."""
-        rows = await self._pool.fetch(
-            "SELECT e.order_id, e.received_at, e.deliveries, "
-            f"(SELECT key FROM {self._jobs} j WHERE j.order_id = e.order_id "
-            "ORDER BY seq LIMIT 1) AS owner "
-            f"FROM {self._events} e WHERE e.received_at >= $1 "
-            "AND ($2::timestamptz IS NULL OR e.received_at <= $2) "
-            "ORDER BY e.received_at, e.order_id",
-            since,
-            until,
+        owner = (
+            f"(SELECT key FROM {self._jobs} j WHERE j.order_id = e.order_id ORDER BY seq LIMIT 1)"
         )
-        return [
-            OrderEvidence(
-                order_id=row["order_id"],
-                received_at=row["received_at"],
-                deliveries=row["deliveries"],
-                owner=row["owner"],
-            )
-            for row in rows
-        ]
+        return await select_events(self._pool, self._events, owner, since, until)
 
     async def evidence_now(self) -> datetime:
         """The database's ``now()``: the clock of order intents and evidence."""
-        now: datetime = await self._pool.fetchval("SELECT now()")
-        return now
+        return await database_now(self._pool)
 
     # -- beyond the protocol: what many workers and the status command need --------------
 
