@@ -362,14 +362,20 @@ class SQLiteJournal(JournalStore):
         if not order_ids:
             return 0
         return await self._write(
-            functools.partial(insert_events, order_ids=list(order_ids), stamp=wall_stamp())
+            functools.partial(insert_events, order_ids=list(order_ids), stamp=(wall_stamp(),))
         )
 
     async def order_received(
         self, *, since: datetime, until: datetime | None = None
     ) -> list[OrderEvidence]:
         """Evidence first received within ``[since, until]`` (host wall clock)."""
-        return await self._read(functools.partial(select_events, since=since, until=until))
+        return await self._read(
+            functools.partial(
+                select_events,
+                since=wall_stamp(since),
+                until=None if until is None else wall_stamp(until),
+            )
+        )
 
     async def evidence_now(self) -> datetime:
         """The host's wall clock: the clock of order intents in a SQLite journal."""

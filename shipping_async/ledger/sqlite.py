@@ -14,6 +14,7 @@ own times, so that :mod:`shipping_async.ledger.evidence` settles unresolved refe
 from __future__ import annotations
 
 import asyncio
+import functools
 import sqlite3
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
+from shipping_async.bulk._sqlite_evidence import insert_events, select_events
 from shipping_async.bulk.evidence import OrderEvidence
 from shipping_async.ledger._base import LedgerEntry
 
@@ -53,6 +55,9 @@ _EVIDENCE_SCHEMA = (
     "received_at TEXT NOT NULL, deliveries INTEGER NOT NULL DEFAULT 1)",
     "CREATE INDEX IF NOT EXISTS ledger_order_events_by_time ON ledger_order_events (received_at)",
 )
+_EVENTS = "ledger_order_events"
+#: Who holds the order of the events row ``e``: the reference the ledger holds it for.
+_OWNER = "(SELECT customer_reference FROM order_ledger l WHERE l.order_id = e.order_id LIMIT 1)"
 _NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
 _COLUMNS = "customer_reference, state, order_id, answer, detail, updated_at, claimed_at"
 
@@ -229,46 +234,24 @@ class SQLiteOrderLedger:
         if not order_ids:
             return 0
 
-        def insert(db: sqlite3.Connection) -> int:
-            new = 0
-            for order_id in order_ids:
-                deliveries = db.execute(
-                    f"INSERT INTO ledger_order_events (order_id, received_at) VALUES (?, {_NOW}) "
-                    "ON CONFLICT (order_id) DO UPDATE SET deliveries = deliveries + 1 "
-                    "RETURNING deliveries",
-                    (order_id,),
-                ).fetchone()[0]
-                new += deliveries == 1
-            return new
-
-        return await self._run(insert)
+        return await self._run(
+            functools.partial(insert_events, order_ids=order_ids, events=_EVENTS, received_at=_NOW)
+        )
 
     async def order_received(
         self, *, since: datetime, until: datetime | None = None
     ) -> list[OrderEvidence]:
         """Evidence first received within ``[since, until]``; the owner is the reference
         the ledger holds that order for."""
-        sql = (
-            "SELECT e.order_id, e.received_at, e.deliveries, (SELECT customer_reference "
-            "FROM order_ledger l WHERE l.order_id = e.order_id LIMIT 1) "
-            "FROM ledger_order_events e WHERE e.received_at >= ?"
-        )
-        params = [_stamp(since)]
-        if until is not None:
-            sql += " AND e.received_at <= ?"
-            params.append(_stamp(until))
-        rows = await self._run(
-            lambda db: db.execute(sql + " ORDER BY e.received_at, e.order_id", params).fetchall()
-        )
-        return [
-            OrderEvidence(
-                order_id=order_id,
-                received_at=datetime.fromisoformat(stamp),
-                deliveries=deliveries,
-                owner=owner,
+        return await self._run(
+            functools.partial(
+                select_events,
+                since=_stamp(since),
+                until=None if until is None else _stamp(until),
+                events=_EVENTS,
+                owner=_OWNER,
             )
-            for order_id, stamp, deliveries, owner in rows
-        ]
+        )
 
     async def evidence_now(self) -> datetime:
         """The host's wall clock: the clock of the ledger's stamps."""
