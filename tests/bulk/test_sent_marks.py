@@ -21,26 +21,28 @@ from tests.bulk.support import make_job
 KEY = "M-1"
 
 
-async def _intent_recorded(path: Path) -> SQLiteJournal:
+async def _killed_at_intent(tmp_path: Path, *, marks: bool = True) -> Path:
+    """The files a SIGKILL would leave right after an order intent's commit, at a copy
+    whose path is returned; ``marks=False``: the process died before the intent's mark
+    was written (inside the commit's fsync)."""
+    path, copy = tmp_path / "a.journal", tmp_path / "b.journal"
     journal = await SQLiteJournal.open(path)
-    await journal.add([make_job(KEY)])
-    [record] = await journal.claim("host:1:w", lease=600, limit=1, keys=[KEY])
-    token = record.claim_token or ""
-    await journal.record(token, KEY, JobState.QUOTED, quote_id=1, estimate_id=2)
-    await journal.begin_order(token, KEY, quote_id=1, estimate_id=2)
-    return journal
-
-
-async def _killed_copy(path: Path, copy: Path, *, marks: bool = True) -> None:
-    """The files a SIGKILL now would leave, at ``copy``; ``marks=False``: the process died
-    before the intent's mark was written (inside the commit's fsync)."""
-    for suffix in ("", "-wal", "-sent"):
-        source = Path(f"{path}{suffix}")
-        if await asyncio.to_thread(source.exists):
-            await asyncio.to_thread(shutil.copyfile, source, f"{copy}{suffix}")
+    try:
+        await journal.add([make_job(KEY)])
+        [record] = await journal.claim("host:1:w", lease=600, limit=1, keys=[KEY])
+        token = record.claim_token or ""
+        await journal.record(token, KEY, JobState.QUOTED, quote_id=1, estimate_id=2)
+        await journal.begin_order(token, KEY, quote_id=1, estimate_id=2)
+        for suffix in ("", "-wal", "-sent"):
+            source = Path(f"{path}{suffix}")
+            if await asyncio.to_thread(source.exists):
+                await asyncio.to_thread(shutil.copyfile, source, f"{copy}{suffix}")
+    finally:
+        await journal.close()
     if not marks:
         lines = (await asyncio.to_thread(Path(f"{copy}-sent").read_bytes)).splitlines()
         await asyncio.to_thread(Path(f"{copy}-sent").write_bytes, lines[0] + b"\n")
+    return copy
 
 
 async def _state_on_resume(copy: Path) -> JobState:
@@ -59,67 +61,47 @@ def _a_boot_id(monkeypatch: pytest.MonkeyPatch) -> None:
 async def test_an_intent_whose_request_was_never_written_is_quoted_again_on_resume(
     tmp_path: Path,
 ) -> None:
-    journal = await _intent_recorded(tmp_path / "a.journal")
-    try:
-        await _killed_copy(tmp_path / "a.journal", tmp_path / "b.journal", marks=False)
-    finally:
-        await journal.close()
+    copy = await _killed_at_intent(tmp_path, marks=False)
 
-    assert await _state_on_resume(tmp_path / "b.journal") is JobState.QUOTED
+    assert await _state_on_resume(copy) is JobState.QUOTED
 
 
 async def test_an_intent_marked_sent_stays_unknown(tmp_path: Path) -> None:
-    journal = await _intent_recorded(tmp_path / "a.journal")
-    try:
-        await _killed_copy(tmp_path / "a.journal", tmp_path / "b.journal")
-    finally:
-        await journal.close()
+    copy = await _killed_at_intent(tmp_path)
 
-    assert await _state_on_resume(tmp_path / "b.journal") is JobState.UNKNOWN
+    assert await _state_on_resume(copy) is JobState.UNKNOWN
 
 
 async def test_after_a_reboot_no_intent_is_concluded_never_sent(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A power cut can lose marks the page cache held: on another boot nothing is concluded.
-    journal = await _intent_recorded(tmp_path / "a.journal")
-    try:
-        await _killed_copy(tmp_path / "a.journal", tmp_path / "b.journal", marks=False)
-    finally:
-        await journal.close()
+    copy = await _killed_at_intent(tmp_path, marks=False)
     monkeypatch.setattr(sqlite_journal, "boot_id", lambda: "boot-2")
 
-    assert await _state_on_resume(tmp_path / "b.journal") is JobState.UNKNOWN
+    assert await _state_on_resume(copy) is JobState.UNKNOWN
 
 
 async def test_marks_of_another_run_than_the_journals_last_conclude_nothing(
     tmp_path: Path,
 ) -> None:
     # A journal restored from a backup beside a newer run's marks file.
-    journal = await _intent_recorded(tmp_path / "a.journal")
-    try:
-        await _killed_copy(tmp_path / "a.journal", tmp_path / "b.journal", marks=False)
-    finally:
-        await journal.close()
-    header = _sent_marks.previous_marks(f"{tmp_path / 'b.journal'}-sent")
+    copy = await _killed_at_intent(tmp_path, marks=False)
+    header = _sent_marks.previous_marks(f"{copy}-sent")
     assert header is not None
-    other = _sent_marks.SentMarks(f"{tmp_path / 'b.journal'}-sent", run="other", boot="boot-1")
+    other = _sent_marks.SentMarks(f"{copy}-sent", run="other", boot="boot-1")
     other.close()
 
-    assert await _state_on_resume(tmp_path / "b.journal") is JobState.UNKNOWN
+    assert await _state_on_resume(copy) is JobState.UNKNOWN
 
 
 async def test_a_torn_last_mark_is_no_mark(tmp_path: Path) -> None:
-    journal = await _intent_recorded(tmp_path / "a.journal")
-    try:
-        await _killed_copy(tmp_path / "a.journal", tmp_path / "b.journal")
-    finally:
-        await journal.close()
-    marks = Path(f"{tmp_path / 'b.journal'}-sent")
+    copy = await _killed_at_intent(tmp_path)
+    marks = Path(f"{copy}-sent")
     data = await asyncio.to_thread(marks.read_bytes)
     await asyncio.to_thread(marks.write_bytes, data[:-5])  # the kill fell inside the write
 
-    assert await _state_on_resume(tmp_path / "b.journal") is JobState.QUOTED
+    assert await _state_on_resume(copy) is JobState.QUOTED
 
 
 def test_a_long_run_keeps_only_the_marks_of_intents_still_open(tmp_path: Path) -> None:
