@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -22,37 +21,27 @@ from shipping_async import (
     ConfigurationError,
     LedgerReconciler,
     OrderOutcomeUnknownError,
-    SQLiteOrderLedger,
     settle_from_webhooks,
 )
 from shipping_async.clock import SystemClock
-from shipping_async.ledger import EvidenceLedger, OrderLedger, PostgresOrderLedger
+from shipping_async.ledger import EvidenceLedger, OrderLedger
 from shipping_async.models import Order
 from shipping_async.models.webhooks import WebhookEvent
 from shipping_async.sandbox import SandboxServer
 from shipping_async.webhooks import WebhookReceiver, legs_from
+from tests.ledgers import KINDS, open_ledger
 from tests.webhooks.support import Endpoint
 
-POSTGRES_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 SPEED = 100.0
 # The API's whole retry horizon (380 s) lasts 3.8 real s at speed 100; the silence tests
 # run at 1000 (0.38 s), with a delivery timeout the loaded machine can meet (1 real s).
 pytestmark = pytest.mark.shipping_sandbox(speed=SPEED, seed=61, delivery_timeout=100)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=KINDS)
 async def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[OrderLedger]:
-    if request.param == "sqlite":
-        async with await SQLiteOrderLedger.open(tmp_path / "orders.ledger") as opened:
-            yield opened
-        return
-    schema = f"ledger_{uuid.uuid4().hex[:10]}"
-    opened_pg = await PostgresOrderLedger.open(POSTGRES_DSN, schema=schema)
-    try:
-        yield opened_pg
-    finally:
-        await opened_pg._pool.execute(f'DROP SCHEMA "{schema}" CASCADE')
-        await opened_pg.aclose()
+    async with open_ledger(request.param, tmp_path) as opened:
+        yield opened
 
 
 class App:

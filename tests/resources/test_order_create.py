@@ -5,13 +5,11 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import asyncpg
 import pytest
 from aioresponses import aioresponses
 
@@ -23,13 +21,13 @@ from shipping_async.errors import (
     OrderWaitTimeoutError,
     RequestValidationError,
 )
-from shipping_async.ledger import OrderLedger, PostgresOrderLedger, SQLiteOrderLedger
+from shipping_async.ledger import OrderLedger, SQLiteOrderLedger
 from shipping_async.limiter import RollingWindowLimiter
+from tests.ledgers import KINDS, open_ledger
 
 from .support import BASE_URL, calls, make_client, order, order_request, reply
 
 ORDERS = BASE_URL + "/orders"
-POSTGRES_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 TOO_MANY = {"success": False, "error": "20 of 20 in 60 seconds", "errors": []}
 
 
@@ -206,21 +204,10 @@ async def test_a_cancelled_create_on_the_wire_is_logged_naming_the_order(
 # -- item 3: the order ledger --------------------------------------------------------------
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=KINDS)
 async def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[OrderLedger]:
-    if request.param == "sqlite":
-        async with await SQLiteOrderLedger.open(tmp_path / "orders.ledger") as opened:
-            yield opened
-        return
-    schema = f"test_{uuid.uuid4().hex[:12]}"
-    opened_pg = await PostgresOrderLedger.open(POSTGRES_DSN, schema=schema)
-    try:
-        yield opened_pg
-    finally:
-        await opened_pg.aclose()
-        connection = await asyncpg.connect(POSTGRES_DSN)
-        await connection.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        await connection.close()
+    async with open_ledger(request.param, tmp_path) as opened:
+        yield opened
 
 
 async def test_a_second_create_with_an_ordered_reference_returns_that_order_unsent(
