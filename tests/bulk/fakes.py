@@ -12,11 +12,15 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+import msgspec
 
 from shipping_async._retry import Operation, RetryPolicy
 from shipping_async._send import send_with_retries
 from shipping_async._send_gate import send_gate
+from shipping_async.bulk.sqlite_journal import SQLiteJournal
 from shipping_async.clock import ManualClock
 from shipping_async.errors import APIError, RateLimitError
 from shipping_async.limiter import RollingWindowLimiter
@@ -30,6 +34,7 @@ from shipping_async.models import (
     SchedulePickupRequest,
     decoder,
 )
+from tests.bulk.support import make_job
 from tests.resources import support
 
 
@@ -164,3 +169,26 @@ async def settle(rounds: int = 10) -> None:
         for _ in range(50):
             await asyncio.sleep(0)
         await asyncio.sleep(0.002)
+
+
+async def held_accounts(
+    journal: SQLiteJournal, clock: ManualClock, accounts: Sequence[str], per_account: int
+) -> tuple[dict[str, FakeAPI], list[str]]:
+    """A FakeAPI per account and ``per_account`` jobs of each in ``journal`` (keys
+    ``{account}-{index}``), every POST /orders held in flight until :func:`let_go_all`."""
+    apis = {account: FakeAPI(clock) for account in accounts}
+    keys = [f"{account}-{index}" for account in accounts for index in range(per_account)]
+    await journal.add(
+        [msgspec.structs.replace(make_job(key), account=key.split("-")[0]) for key in keys]
+    )
+    for api in apis.values():
+        for key in keys:
+            api.hold(key)
+    return apis, keys
+
+
+def let_go_all(apis: Mapping[str, FakeAPI], keys: Iterable[str]) -> None:
+    """Let every held POST /orders of ``keys`` answer."""
+    for key in keys:
+        for api in apis.values():
+            api.let_go(key)

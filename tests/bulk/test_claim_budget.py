@@ -7,14 +7,11 @@ import asyncio
 from collections import Counter
 from typing import Any
 
-import msgspec
-
 from shipping_async.bulk.journal import JobRecord, JobState
 from shipping_async.bulk.sqlite_journal import SQLiteJournal
 from shipping_async.bulk.worker import Worker
 from shipping_async.clock import ManualClock
-from tests.bulk.fakes import FakeAPI, settle
-from tests.bulk.support import make_job
+from tests.bulk.fakes import held_accounts, let_go_all, settle
 
 ACCOUNTS = ("a1", "a2", "a3", "a4", "a5")
 PER_ACCOUNT = 8
@@ -28,14 +25,7 @@ async def leased(journal: SQLiteJournal) -> list[JobRecord]:
 async def test_claims_stay_within_the_budget_fair_between_accounts_in_few_calls(
     clock: ManualClock, journal: SQLiteJournal
 ) -> None:
-    apis = {account: FakeAPI(clock) for account in ACCOUNTS}
-    keys = [f"{account}-{index}" for account in ACCOUNTS for index in range(PER_ACCOUNT)]
-    await journal.add(
-        [msgspec.structs.replace(make_job(key), account=key.split("-")[0]) for key in keys]
-    )
-    for api in apis.values():
-        for key in keys:
-            api.hold(key)  # every POST /orders stays in flight until let go
+    apis, keys = await held_accounts(journal, clock, ACCOUNTS, PER_ACCOUNT)
     claims: list[dict[str, int] | None] = []
     claim = journal.claim
 
@@ -65,9 +55,7 @@ async def test_claims_stay_within_the_budget_fair_between_accounts_in_few_calls(
     assert first is not None
     assert len(first) == len(ACCOUNTS)
 
-    for api in apis.values():
-        for key in keys:
-            api.let_go(key)
+    let_go_all(apis, keys)
     async with asyncio.timeout(10):
         while not running.done():
             await settle()

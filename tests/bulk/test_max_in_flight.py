@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import asyncio
 
-import msgspec
-
 from shipping_async.bulk.journal import JobState
 from shipping_async.bulk.sqlite_journal import SQLiteJournal
 from shipping_async.bulk.worker import Worker
 from shipping_async.clock import ManualClock
-from tests.bulk.fakes import FakeAPI, settle
-from tests.bulk.support import make_job
+from tests.bulk.fakes import held_accounts, let_go_all, settle
 
 ACCOUNTS = ("north", "south", "east")
 
@@ -23,14 +20,7 @@ ACCOUNTS = ("north", "south", "east")
 async def test_jobs_of_every_account_share_the_places_and_wait_unquoted(
     clock: ManualClock, journal: SQLiteJournal
 ) -> None:
-    apis = {account: FakeAPI(clock) for account in ACCOUNTS}
-    keys = [f"{account}-{index}" for account in ACCOUNTS for index in range(3)]
-    await journal.add(
-        [msgspec.structs.replace(make_job(key), account=key.split("-")[0]) for key in keys]
-    )
-    for api in apis.values():
-        for key in keys:
-            api.hold(key)  # every POST /orders stays in flight until let go
+    apis, keys = await held_accounts(journal, clock, ACCOUNTS, 3)
     worker = Worker(journal, apis.__getitem__, clock=clock, lease=60, max_in_flight=2)
     results: list[str] = []
 
@@ -45,9 +35,7 @@ async def test_jobs_of_every_account_share_the_places_and_wait_unquoted(
     assert quoted == 2  # the others wait for a place, without an estimate
     assert len(sending) == 2
 
-    for api in apis.values():
-        for key in keys:
-            api.let_go(key)
+    let_go_all(apis, keys)
     async with asyncio.timeout(10):
         while not running.done():
             await settle()
