@@ -21,6 +21,7 @@ from shipping_async._retry import Operation, RetryPolicy
 from shipping_async._send import send_with_retries
 from shipping_async._send_gate import send_gate
 from shipping_async.bulk.sqlite_journal import SQLiteJournal
+from shipping_async.bulk.worker import Worker
 from shipping_async.clock import ManualClock
 from shipping_async.errors import APIError, RateLimitError
 from shipping_async.limiter import RollingWindowLimiter
@@ -192,3 +193,15 @@ def let_go_all(apis: Mapping[str, FakeAPI], keys: Iterable[str]) -> None:
     for key in keys:
         for api in apis.values():
             api.let_go(key)
+
+
+def drain(worker: Worker) -> tuple[asyncio.Task[None], list[str]]:
+    """``worker`` run in a task (the caller awaits it), and the keys of its results as
+    they come."""
+    results: list[str] = []
+
+    async def run() -> None:
+        async for result in worker.run():
+            results.append(result.key)
+
+    return asyncio.create_task(run()), results

@@ -11,7 +11,7 @@ from shipping_async.bulk.journal import JobRecord, JobState
 from shipping_async.bulk.sqlite_journal import SQLiteJournal
 from shipping_async.bulk.worker import Worker
 from shipping_async.clock import ManualClock
-from tests.bulk.fakes import held_accounts, let_go_all, settle
+from tests.bulk.fakes import drain, held_accounts, let_go_all, settle
 
 ACCOUNTS = ("a1", "a2", "a3", "a4", "a5")
 PER_ACCOUNT = 8
@@ -35,13 +35,7 @@ async def test_claims_stay_within_the_budget_fair_between_accounts_in_few_calls(
 
     journal.claim = counted  # type: ignore[method-assign]
     worker = Worker(journal, apis.__getitem__, clock=clock, lease=60, max_in_flight=MAX_IN_FLIGHT)
-    results: list[str] = []
-
-    async def drain() -> None:
-        async for result in worker.run():
-            results.append(result.key)
-
-    running = asyncio.create_task(drain())
+    running, results = drain(worker)
     await settle()
     held = await leased(journal)
     # Twice the places, not every account's jobs (40): memory and leases stay small.

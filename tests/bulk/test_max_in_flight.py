@@ -12,7 +12,7 @@ from shipping_async.bulk.journal import JobState
 from shipping_async.bulk.sqlite_journal import SQLiteJournal
 from shipping_async.bulk.worker import Worker
 from shipping_async.clock import ManualClock
-from tests.bulk.fakes import held_accounts, let_go_all, settle
+from tests.bulk.fakes import drain, held_accounts, let_go_all, settle
 
 ACCOUNTS = ("north", "south", "east")
 
@@ -22,13 +22,7 @@ async def test_jobs_of_every_account_share_the_places_and_wait_unquoted(
 ) -> None:
     apis, keys = await held_accounts(journal, clock, ACCOUNTS, 3)
     worker = Worker(journal, apis.__getitem__, clock=clock, lease=60, max_in_flight=2)
-    results: list[str] = []
-
-    async def drain() -> None:
-        async for result in worker.run():
-            results.append(result.key)
-
-    running = asyncio.create_task(drain())
+    running, results = drain(worker)
     await settle()
     quoted = sum(api.calls["POST /quotes"] for api in apis.values())
     sending = [key for api in apis.values() for key, event in api.reached.items() if event.is_set()]
