@@ -511,9 +511,22 @@ class _Claim:
                 try:
                     settled = await journal.reconcile(self.key, order_id=order_id)
                 except JournalStateError:
-                    pass  # settled by someone else meanwhile
+                    current = await journal.get(self.key)  # settled by someone else meanwhile
                 else:
                     self.pipeline._observe(settled)
+                    raise
+            if current is None or current.order_id != order_id:
+                # The job went on without this order (re-sent, or settled with another
+                # id): this one exists at the API, so a person must be told which it is.
+                _log.error(
+                    "job %s: order %d was created, but the journal now holds %s; "
+                    "cancel one of them if both exist",
+                    self.key,
+                    order_id,
+                    "nothing"
+                    if current is None
+                    else f"state {current.state.value} with order {current.order_id}",
+                )
             raise
 
 

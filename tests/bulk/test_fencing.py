@@ -159,6 +159,30 @@ async def test_a_task_whose_lease_lapsed_while_its_order_was_in_flight_records_t
     assert api.calls[f"POST /orders/{done.order_id}/waybill"] == 1
 
 
+async def test_an_order_answered_after_the_job_was_resent_is_named_at_error(
+    clock: ManualClock, journal: SQLiteJournal, caplog: pytest.LogCaptureFixture
+) -> None:
+    api = FakeAPI(clock)
+    api.hold("C")
+    await journal.add([make_job("C")])
+    [first] = await claim(journal, "C")
+    stale = asyncio.create_task(pipeline(api, journal).ship(first))
+    async with asyncio.timeout(5):
+        await api.reached["C"].wait()  # POST /orders is on the wire
+
+    clock.advance(LEASE + 1)
+    assert await claim(journal, "C") == []  # mid-order, lease gone: UNKNOWN
+    # Someone judged the order never created (silence, by hand) and the job went on.
+    await journal.reconcile("C", order_id=None, evidence="judged silent")
+
+    api.let_go("C")  # 201 after all: this order exists although the journal let it go
+    with caplog.at_level("ERROR", logger="shipping_async"), pytest.raises(LeaseLostError):
+        await stale
+    [line] = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert api.created == {"C": 1}
+    assert line.startswith("job C: order 1001 was created, but the journal now holds state pending")
+
+
 async def test_a_429_leaves_no_intent_behind_while_the_job_waits(
     clock: ManualClock, journal: SQLiteJournal
 ) -> None:
