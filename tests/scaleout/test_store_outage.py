@@ -29,18 +29,10 @@ from .processes import (
     bound,
     created,
     order_span,
-    start_sandbox,
 )
 from .test_many_workers import assert_each_ordered_once, enqueue, north
 
 WINDOW_REAL = WINDOW / SPEED  # one rate window, in real seconds
-
-
-@pytest.fixture
-def sandbox() -> Iterator[Sandbox]:
-    server = start_sandbox("tok-north")
-    yield server
-    server.stop()
 
 
 @pytest.fixture
