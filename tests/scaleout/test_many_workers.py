@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,20 @@ def crew(
     workers.stop()
 
 
+@pytest.fixture
+async def private_crew(
+    sandbox: Sandbox, pg_schema: str, prefix: str, tmp_path: Path, private_redis: PrivateRedis
+) -> AsyncIterator[Workers]:
+    """Workers of account north on this test's journal schema and a Redis of its own (its
+    command counts are the test's, and the test may stop it)."""
+    await private_redis.wait_ready()
+    workers = Workers(
+        journal_url(pg_schema), f"{private_redis.url}?prefix={prefix}", north(sandbox), tmp_path
+    )
+    yield workers
+    workers.stop()
+
+
 def assert_each_ordered_once(orders: list[dict[str, Any]], keys: list[str]) -> None:
     """Every job ordered exactly once, never a 429, never more than the limit a window."""
     assert created(orders) == dict.fromkeys(keys, 1)
@@ -80,18 +94,10 @@ async def enqueue(journal: PostgresJournal, account: str, count: int) -> list[st
 
 
 async def test_three_workers_share_one_budget_without_a_429_near_the_bound(
-    sandbox: Sandbox,
-    journal: PostgresJournal,
-    pg_schema: str,
-    prefix: str,
-    tmp_path: Path,
-    private_redis: PrivateRedis,
+    sandbox: Sandbox, journal: PostgresJournal, private_crew: Workers, private_redis: PrivateRedis
 ) -> None:
-    await private_redis.wait_ready()  # a Redis of this test alone: its command counts are ours
+    crew = private_crew
     keys = await enqueue(journal, "north", 120)
-    crew = Workers(
-        journal_url(pg_schema), f"{private_redis.url}?prefix={prefix}", north(sandbox), tmp_path
-    )
     crew.start(3)
     try:
         assert await crew.wait(within=25) == [0, 0, 0], crew.logs()
@@ -171,18 +177,10 @@ async def test_two_accounts_each_get_their_own_budget(
 
 
 async def test_workers_hold_orders_while_redis_is_down_and_go_on_when_it_returns(
-    sandbox: Sandbox,
-    journal: PostgresJournal,
-    pg_schema: str,
-    prefix: str,
-    tmp_path: Path,
-    private_redis: PrivateRedis,
+    sandbox: Sandbox, journal: PostgresJournal, private_crew: Workers, private_redis: PrivateRedis
 ) -> None:
-    await private_redis.wait_ready()
+    workers = private_crew
     keys = await enqueue(journal, "north", 60)
-    workers = Workers(
-        journal_url(pg_schema), f"{private_redis.url}?prefix={prefix}", north(sandbox), tmp_path
-    )
     workers.start(2)
     try:
         await sandbox.wait_for_orders(10)
