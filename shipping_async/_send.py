@@ -139,20 +139,11 @@ async def send_with_retries(
                     settle=settle,
                 )
             elif limiter is not None and permit is not None:
-                await _settled(gate)
-                if stopped_at(gate):
-                    await _not_sent(limiter, permit, intent)
-                else:
-                    await limiter.release(permit, sent=True)
+                await _release_after_failure(limiter, permit, intent, gate)
             raise
         except BaseException:
             if limiter is not None and permit is not None:
-                await _settled(gate)
-                if stopped_at(gate):
-                    await _not_sent(limiter, permit, intent)
-                else:
-                    # A bug mid-request: the request may have been written.
-                    await limiter.release(permit, sent=True)
+                await _release_after_failure(limiter, permit, intent, gate)
             raise
         else:
             if limiter is not None and permit is not None:
@@ -252,6 +243,18 @@ def _may_have_arrived(error: BaseException | None, *, gate: SendGate | None) -> 
 async def _settled(gate: SendGate | None) -> None:
     if gate is not None:
         await asyncio.shield(gate.settled())
+
+
+async def _release_after_failure(
+    limiter: OrderLimiter, permit: Permit, intent: OrderIntent | None, gate: SendGate | None
+) -> None:
+    """A cancelled or broken attempt: unsent when the gate stopped it, otherwise the
+    request may have been written and the permit counts as sent."""
+    await _settled(gate)
+    if stopped_at(gate):
+        await _not_sent(limiter, permit, intent)
+    else:
+        await limiter.release(permit, sent=True)
 
 
 async def _not_sent(limiter: OrderLimiter, permit: Permit, intent: OrderIntent | None) -> None:
