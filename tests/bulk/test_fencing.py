@@ -124,16 +124,24 @@ async def test_a_stale_tasks_writes_are_refused_even_under_the_same_worker(
     assert (await journal.get("A")).state is JobState.QUOTED  # type: ignore[union-attr]
 
 
+async def ship_until_on_the_wire(
+    api: FakeAPI, journal: SQLiteJournal, key: str
+) -> asyncio.Task[JobRecord]:
+    """Claim ``key`` and ship it until its POST /orders is on the wire, held there."""
+    api.hold(key)
+    await journal.add([make_job(key)])
+    [first] = await claim(journal, key)
+    task = asyncio.create_task(pipeline(api, journal).ship(first))
+    async with asyncio.timeout(5):
+        await api.reached[key].wait()
+    return task
+
+
 async def test_a_task_whose_lease_lapsed_while_its_order_was_in_flight_records_the_truth(
     clock: ManualClock, journal: SQLiteJournal
 ) -> None:
     api = FakeAPI(clock)
-    api.hold("B")
-    await journal.add([make_job("B")])
-    [first] = await claim(journal, "B")
-    stale = asyncio.create_task(pipeline(api, journal).ship(first))
-    async with asyncio.timeout(5):
-        await api.reached["B"].wait()  # POST /orders is on the wire
+    stale = await ship_until_on_the_wire(api, journal, "B")
 
     clock.advance(LEASE + 1)
     # The same worker claims again: a job found mid-order with its lease gone is not
@@ -163,12 +171,7 @@ async def test_an_order_answered_after_the_job_was_resent_is_named_at_error(
     clock: ManualClock, journal: SQLiteJournal, caplog: pytest.LogCaptureFixture
 ) -> None:
     api = FakeAPI(clock)
-    api.hold("C")
-    await journal.add([make_job("C")])
-    [first] = await claim(journal, "C")
-    stale = asyncio.create_task(pipeline(api, journal).ship(first))
-    async with asyncio.timeout(5):
-        await api.reached["C"].wait()  # POST /orders is on the wire
+    stale = await ship_until_on_the_wire(api, journal, "C")
 
     clock.advance(LEASE + 1)
     assert await claim(journal, "C") == []  # mid-order, lease gone: UNKNOWN
