@@ -31,7 +31,9 @@ split (user + system seconds) is printed on stderr under each row.
 The workers run with a bytecode cache (``PYTHONPYCACHEPREFIX`` in the temp folder, filled
 before the first row), as a deployed worker does: a shell with ``PYTHONDONTWRITEBYTECODE``
 would otherwise have every worker compile each module it imports (~0.25 s of CPU).
-``BENCH_PROFILE=/path.prof`` runs the worker under cProfile.
+``BENCH_PROFILE=/path.prof`` runs the worker under cProfile; ``BENCH_PYSPY=/path.txt`` runs the
+measured process (worker or bulk) under ``py-spy record --format raw`` (collapsed stacks; its CPU
+figures then include py-spy's own).
 """
 
 from __future__ import annotations
@@ -64,6 +66,23 @@ BENCH_DSN = f"postgresql://postgres@127.0.0.1:5432/{BENCH_DB}"
 LIMIT, WINDOW = 20, 60.0
 PROFILE = (
     ["-m", "cProfile", "-o", os.environ["BENCH_PROFILE"]] if os.environ.get("BENCH_PROFILE") else []
+)
+PYSPY = (
+    [
+        "py-spy",
+        "record",
+        "--format",
+        "raw",
+        "--rate",
+        os.environ.get("BENCH_PYSPY_RATE", "250"),
+        "--gil",
+        "--nonblocking",
+        "-o",
+        os.environ["BENCH_PYSPY"],
+        "--",
+    ]
+    if os.environ.get("BENCH_PYSPY")
+    else []
 )
 PYCACHE = Path(tempfile.gettempdir()) / "shipping-async-bench-pycache"
 LEASE_WORDS = ("could not be renewed", "lease lost")
@@ -173,6 +192,7 @@ def private_redis(folder: Path) -> Iterator[str]:
 def run_measured(command: list[str], env: dict[str, str], log: Path) -> tuple[int, Any, float]:
     """Run ``command`` to its end; its exit code, rusage and wall seconds."""
     started = time.monotonic()
+    command = [*PYSPY, *command]
     with log.open("wb") as output:
         process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(process.pid, 0)
