@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from contextvars import ContextVar, Token
+from types import ModuleType, TracebackType
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from shipping_async._version import __version__
 
@@ -17,8 +15,7 @@ if TYPE_CHECKING:
 __all__ = ["JobScope", "current_job", "job_stage"]
 
 
-@dataclass(frozen=True, slots=True)
-class JobScope:
+class JobScope(NamedTuple):
     """The job and stage being worked on; ``account`` is ``""`` for the default account."""
 
     key: str
@@ -30,32 +27,54 @@ _CURRENT: ContextVar[JobScope | None] = ContextVar("shipping_async_job", default
 
 
 @functools.cache
-def _tracer() -> Tracer | None:
-    """OpenTelemetry's tracer, imported on first use (it costs ~0.1 s to import).
-
-    A proxy until the application installs a tracer provider, then that provider's
-    tracer; without one every span is a no-op (OpenTelemetry's own rule). ``None`` when
-    the ``[otel]`` extra is not installed: stages are then only marked for the logs.
-    """
+def _trace() -> ModuleType | None:
+    """OpenTelemetry's trace API, imported on first use (it costs ~0.1 s to import), or
+    ``None`` when the ``[otel]`` extra is not installed: stages are then only marked for
+    the logs. Its provider is asked for once here, so that one named by the environment
+    (``OTEL_PYTHON_TRACER_PROVIDER``) is installed from then on."""
     try:
         from opentelemetry import trace
     except ImportError:
         return None
-    return trace.get_tracer("shipping_async", __version__)
+    trace.get_tracer_provider()
+    return trace
+
+
+@functools.cache
+def _tracer() -> Tracer | None:
+    """OpenTelemetry's tracer: a proxy until the application installs a tracer provider,
+    then that provider's tracer; without one every span is a no-op (OpenTelemetry's own
+    rule). ``None`` without the ``[otel]`` extra."""
+    trace = _trace()
+    return None if trace is None else trace.get_tracer("shipping_async", __version__)
+
+
+#: Once a tracer provider is installed it stays (OpenTelemetry sets it once per process).
+_INSTALLED: list[bool] = [False]
+_UNSEEN = object()
 
 
 def _recording_tracer() -> Tracer | None:
     """The tracer, or ``None`` while no tracer provider is installed: every span would be
-    OpenTelemetry's no-op one, so none is made (about 10 us per stage saved). Asked at
-    each stage, so a provider installed later is used from then on."""
-    tracer = _tracer()
-    if tracer is None:
-        return None
-    from opentelemetry import trace  # imported by _tracer() already
+    OpenTelemetry's no-op one, so none is made. Asked at each stage, so a provider
+    installed later is used from then on.
 
-    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+    The API's ``get_tracer_provider()`` looks ``os.environ`` up on every call until a
+    provider is installed (a few microseconds, at every stage of every job); its module's
+    global says the same at once, and the public call is the fallback of an API that
+    keeps it elsewhere."""
+    if _INSTALLED[0]:
+        return _tracer()
+    trace = _trace()
+    if trace is None:
         return None
-    return tracer
+    provider = getattr(trace, "_TRACER_PROVIDER", _UNSEEN)
+    if provider is _UNSEEN:
+        provider = trace.get_tracer_provider()
+    if provider is None or isinstance(provider, trace.ProxyTracerProvider):
+        return None
+    _INSTALLED[0] = True
+    return _tracer()
 
 
 def current_job() -> JobScope | None:
@@ -63,26 +82,51 @@ def current_job() -> JobScope | None:
     return _CURRENT.get()
 
 
-@contextmanager
-def job_stage(stage: str, key: str, account: str) -> Iterator[None]:
+class job_stage:  # named as the function it replaces: ``with job_stage(...)``
     """Mark one stage (``quote``, ``order``, ``waybill``, ``pickup``) of one job.
 
     The API calls made inside become children of the stage's span
     ``shipping_async.job.<stage>`` (attributes: the job key, account and stage; no
     address, no token), and log records written inside carry the job key and account.
+    A class rather than a generator: it is entered at every stage of every job.
     """
-    reset = _CURRENT.set(JobScope(key, account, stage))
-    try:
-        tracer = _recording_tracer()
-        if tracer is None:
-            yield
-        else:
-            attributes = {
-                "shipping_async.job.key": key,
-                "shipping_async.job.stage": stage,
-                "shipping_async.account": account,
-            }
-            with tracer.start_as_current_span(f"shipping_async.job.{stage}", attributes=attributes):
-                yield
-    finally:
-        _CURRENT.reset(reset)
+
+    __slots__ = ("_reset", "_scope", "_span")
+
+    def __init__(self, stage: str, key: str, account: str) -> None:
+        self._scope = JobScope(key, account, stage)
+        self._reset: Token[JobScope | None] | None = None
+        self._span: Any = None
+
+    def __enter__(self) -> None:
+        scope = self._scope
+        self._reset = _CURRENT.set(scope)
+        try:
+            tracer = _recording_tracer()
+            if tracer is not None:
+                attributes = {
+                    "shipping_async.job.key": scope.key,
+                    "shipping_async.job.stage": scope.stage,
+                    "shipping_async.account": scope.account,
+                }
+                span = tracer.start_as_current_span(
+                    f"shipping_async.job.{scope.stage}", attributes=attributes
+                )
+                span.__enter__()
+                self._span = span
+        except BaseException:
+            _CURRENT.reset(self._reset)
+            raise
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            if self._span is not None:
+                self._span.__exit__(exc_type, exc, tb)
+        finally:
+            assert self._reset is not None
+            _CURRENT.reset(self._reset)

@@ -17,7 +17,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from resources.support import BASE_URL, TOKEN, MockAPI, make_client, order, order_request
 
 from shipping_async.errors import OrderOutcomeUnknownError
-from shipping_async.telemetry._scope import job_stage
+from shipping_async.telemetry._scope import JobScope, current_job, job_stage
 from shipping_async.telemetry.traces import ClientTracing
 
 ORDER_7001 = BASE_URL + "/orders/7001"
@@ -113,6 +113,23 @@ async def test_job_stage_spans_hold_the_job_key_and_parent_the_call_spans(
     assert stage.context is not None
     assert call.parent.span_id == stage.context.span_id
     assert TOKEN not in everything_in(call) + everything_in(stage)
+
+
+def test_a_stage_that_fails_ends_its_span_as_an_error_and_leaves_the_job(
+    global_spans: InMemorySpanExporter,
+) -> None:
+    def quote() -> None:
+        with job_stage("quote", "A-18", "acme"):
+            assert current_job() == JobScope("A-18", "acme", "quote")
+            raise ValueError("no estimate")
+
+    with pytest.raises(ValueError, match="no estimate"):
+        quote()
+    assert current_job() is None
+    (stage,) = global_spans.get_finished_spans()
+    assert stage.name == "shipping_async.job.quote"
+    assert stage.status.status_code is StatusCode.ERROR
+    assert [event.name for event in stage.events] == ["exception"]
 
 
 @pytest.mark.parametrize(
