@@ -235,26 +235,49 @@ class SteadyJournal:
         """``attempt()`` until the store answers it. After a lost connection, a refusal
         (:class:`JournalStateError`, incl. a lost lease) asks ``settled()`` whether the
         lost attempt had committed; its answer stands, ``None`` lets the refusal through."""
+        began = time.monotonic()
+        try:
+            result = await attempt()
+        except Exception as exc:
+            failure = exc
+        else:
+            if self._since is not None:
+                self._back(began)
+            return result
+        return await self._failed(failure, began, attempt, settled)
+
+    async def _failed(
+        self,
+        exc: Exception,
+        began: float,
+        attempt: Callable[[], Awaitable[T]],
+        settled: Callable[[], Awaitable[T | None]] | None = None,
+    ) -> T:
+        """What :meth:`_until_answered` does once ``attempt()``, begun at ``began``, raised
+        ``exc``: the happy path stays one ``try`` in the caller (the hot calls inline it);
+        a failure comes here (out of the caller's ``except``), where the attempts go on
+        until the store answers."""
         delay = 0.0  # the first retry at once: a pooled connection may just have been cut
         lost = False
         while True:
-            began = time.monotonic()
-            try:
-                result = await attempt()
-            except (JournalStateError, LeaseLostError):
+            if isinstance(exc, JournalStateError | LeaseLostError):
                 self._back(began)
                 if lost and settled is not None:
                     done = await self._until_answered(settled)
                     if done is not None:
                         return done
-                raise
-            except Exception as exc:
-                if not unreachable(exc):
-                    raise
-                self._went(exc)
-                lost = True
-                await self._pause(delay)
-                delay = min(max(delay * 2, _FIRST_DELAY), _MOST_DELAY)
+                raise exc
+            if not unreachable(exc):
+                raise exc
+            self._went(exc)
+            lost = True
+            await self._pause(delay)
+            delay = min(max(delay * 2, _FIRST_DELAY), _MOST_DELAY)
+            began = time.monotonic()
+            try:
+                result = await attempt()
+            except Exception as again:
+                exc = again
                 continue
             self._back(began)
             return result
@@ -350,13 +373,36 @@ class SteadyJournal:
         )
         return found
 
+    # The calls every job makes inline _until_answered's first attempt: one coroutine and
+    # no closure per call while the store answers (the closure is made on a failure).
+
     async def renew(self, claims: Mapping[str, str], *, lease: float) -> set[str]:
-        return await self._until_answered(lambda: self.store.renew(claims, lease=lease))
+        began = time.monotonic()
+        try:
+            held = await self.store.renew(claims, lease=lease)
+        except Exception as exc:
+            failure = exc
+        else:
+            if self._since is not None:
+                self._back(began)
+            return held
+        return await self._failed(failure, began, lambda: self.store.renew(claims, lease=lease))
 
     async def record(
         self, token: str, key: str, state: JobState, **fields: Unpack[JobFields]
     ) -> JobRecord:
-        return await self._until_answered(lambda: self.store.record(token, key, state, **fields))
+        began = time.monotonic()
+        try:
+            record = await self.store.record(token, key, state, **fields)
+        except Exception as exc:
+            failure = exc
+        else:
+            if self._since is not None:
+                self._back(began)
+            return record
+        return await self._failed(
+            failure, began, lambda: self.store.record(token, key, state, **fields)
+        )
 
     async def begin_order(
         self, token: str, key: str, *, quote_id: int, estimate_id: int
@@ -390,6 +436,16 @@ class SteadyJournal:
     async def finish(
         self, token: str, key: str, state: JobState, **fields: Unpack[JobFields]
     ) -> JobRecord:
+        began = time.monotonic()
+        try:
+            record = await self.store.finish(token, key, state, **fields)
+        except Exception as exc:
+            failure = exc
+        else:
+            if self._since is not None:
+                self._back(began)
+            return record
+
         async def settled() -> JobRecord | None:
             # The lost attempt committed: the state is ours and nobody holds the job.
             row = await self._row(key)
@@ -397,8 +453,8 @@ class SteadyJournal:
                 return None
             return row
 
-        return await self._until_answered(
-            lambda: self.store.finish(token, key, state, **fields), settled
+        return await self._failed(
+            failure, began, lambda: self.store.finish(token, key, state, **fields), settled
         )
 
     async def release(self, claims: Mapping[str, str]) -> None:
@@ -419,7 +475,16 @@ class SteadyJournal:
         )
 
     async def get(self, key: str) -> JobRecord | None:
-        return await self._until_answered(lambda: self.store.get(key))
+        began = time.monotonic()
+        try:
+            record = await self.store.get(key)
+        except Exception as exc:
+            failure = exc
+        else:
+            if self._since is not None:
+                self._back(began)
+            return record
+        return await self._failed(failure, began, lambda: self.store.get(key))
 
     async def records(
         self, *, states: Collection[JobState] | None = None

@@ -17,7 +17,12 @@ from typing import Any
 import pytest
 
 from shipping_async.bulk._outage import IntentUnsettled, SteadyJournal
-from shipping_async.bulk.journal import JobRecord, JobState, JournalUnavailableError
+from shipping_async.bulk.journal import (
+    JobRecord,
+    JobState,
+    JournalUnavailableError,
+    LeaseLostError,
+)
 from shipping_async.bulk.sqlite_journal import SQLiteJournal
 from tests.bulk.support import make_job
 
@@ -320,3 +325,59 @@ async def test_a_call_waiting_out_its_backoff_goes_on_when_another_finds_the_sto
     await journal.get("J-1")
     await asyncio.wait_for(waiting, timeout=1)
     assert time.monotonic() - started < 1.1
+
+
+@pytest.mark.parametrize("call", ["record", "renew", "get", "finish"])
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        pytest.param(0, 0, id="answered"),
+        pytest.param(3, 0, id="outage"),
+        pytest.param(0, 1, id="answer-lost"),
+    ],
+)
+async def test_every_call_of_a_job_answers_alike_with_or_without_an_outage(
+    cutting: Cutting, caplog: pytest.LogCaptureFixture, call: str, before: int, after: int
+) -> None:
+    # These calls take their first attempt inline (no closure while the store answers):
+    # across an outage or a lost answer they end exactly as the plain answered call.
+    journal = SteadyJournal(cutting)  # type: ignore[arg-type]
+    record = await claimed(journal)
+    token = record.claim_token
+    assert token is not None
+    calls: dict[str, Callable[[], Awaitable[Any]]] = {
+        "record": lambda: journal.record(token, "J-1", JobState.QUOTED, quote_id=7),
+        "renew": lambda: journal.renew({"J-1": token}, lease=60),
+        "get": lambda: journal.get("J-1"),
+        "finish": lambda: journal.finish(token, "J-1", JobState.DONE),
+    }
+    cutting.before, cutting.after = before, after
+    with caplog.at_level(logging.WARNING, logger="shipping_async.bulk.journal"):
+        answer = await calls[call]()
+    if call == "renew":
+        assert answer == {"J-1"}
+    else:
+        assert answer is not None
+        assert answer.key == "J-1"
+    row = await cutting.store.get("J-1")
+    assert row is not None
+    expected = {"record": JobState.QUOTED, "finish": JobState.DONE}.get(call, JobState.PENDING)
+    assert row.state is expected
+    assert not journal.away
+    assert journal.up.is_set()
+    assert caplog.text.count("journal store unreachable") == (1 if before > 1 else 0)
+
+
+@pytest.mark.parametrize("call", ["record", "finish"])
+async def test_a_refused_write_is_raised_at_once_without_an_outage(
+    cutting: Cutting, call: str
+) -> None:
+    journal = SteadyJournal(cutting)  # type: ignore[arg-type]
+    await claimed(journal)
+    refused: Callable[[], Awaitable[JobRecord]] = {
+        "record": lambda: journal.record("not-the-token", "J-1", JobState.QUOTED),
+        "finish": lambda: journal.finish("not-the-token", "J-1", JobState.FAILED),
+    }[call]
+    with pytest.raises(LeaseLostError):
+        await refused()
+    assert not journal.away
