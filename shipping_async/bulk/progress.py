@@ -4,17 +4,20 @@ from __future__ import annotations
 
 from collections import Counter, deque
 
-from shipping_async.bulk.journal import JobRecord, JobState
+from shipping_async.bulk.journal import FINISHED_STATES, JobRecord, JobState
 
 __all__ = ["RunProgress"]
+
+_ORDERING, _ORDERED, _FAILED = JobState.ORDERING, JobState.ORDERED, JobState.FAILED
 
 
 class RunProgress:
     """Live counts of a run, for a progress display: jobs per state and order times."""
 
     def __init__(self) -> None:
-        self.states: Counter[JobState] = Counter()  # jobs of this run by current state
-        self.reached: Counter[JobState] = Counter()  # jobs that reached each state this run
+        # Every state present from the start: a count moves without Counter.__missing__.
+        self.states: Counter[JobState] = Counter(dict.fromkeys(JobState, 0))  # current state
+        self.reached: Counter[JobState] = Counter(dict.fromkeys(JobState, 0))  # reached
         self.resumed = 0  # finished by an earlier run, only reported
         self.invalid = 0
         self.failed_unordered = 0  # failed before an order existed
@@ -22,20 +25,21 @@ class RunProgress:
         self._where: dict[str, JobState] = {}
 
     def observe(self, record: JobRecord, now: float) -> None:
-        """Count one committed state change."""
-        before = self._where.get(record.key)
+        """Count one committed state change (once per write of every job: kept lean)."""
+        state, key, where, states = record.state, record.key, self._where, self.states
+        before = where.get(key)
         if before is not None:
-            self.states[before] -= 1
-        self.states[record.state] += 1
-        self.reached[record.state] += 1
-        if record.state is JobState.ORDERED and before is JobState.ORDERING:
-            self.order_times.append(now)
-        if record.state is JobState.FAILED and record.order_id is None:
-            self.failed_unordered += 1
-        if record.finished:
-            self._where.pop(record.key, None)
+            states[before] -= 1
+        states[state] += 1
+        self.reached[state] += 1
+        if state in FINISHED_STATES:
+            where.pop(key, None)
+            if state is _FAILED and record.order_id is None:
+                self.failed_unordered += 1
         else:
-            self._where[record.key] = record.state
+            where[key] = state
+            if state is _ORDERED and before is _ORDERING:
+                self.order_times.append(now)
 
     def forget(self, key: str) -> None:
         """A job left this run unfinished (stopped)."""
