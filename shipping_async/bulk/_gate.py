@@ -17,7 +17,7 @@ journal's store is away (``store_up`` clear) nobody passes: an intent cannot be 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from shipping_async.clock import Clock
 from shipping_async.limiter import OrderLimiter
@@ -111,22 +111,6 @@ class OrderGate:
             raise
         finally:
             self._waiting -= 1
-
-    async def unless_closed(self, waiting: Awaitable[object]) -> bool:
-        """Wait for ``waiting``; ``False`` (it cancelled) if the run stops first."""
-        task = asyncio.ensure_future(waiting)
-        stopped = asyncio.ensure_future(self._stop.wait())
-        try:
-            await asyncio.wait((task, stopped), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopped.cancel()
-        if task.done() and not task.cancelled():
-            task.result()
-            return True
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        # Finished as it was cancelled: it holds what it waited for.
-        return task.done() and not task.cancelled()
 
     def sending(self) -> None:
         """The admitted job is calling ``orders.create`` now: it takes the permit itself."""

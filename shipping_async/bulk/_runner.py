@@ -40,6 +40,7 @@ from typing import Protocol, runtime_checkable
 from shipping_async.bulk._gate import OrderGate
 from shipping_async.bulk._leases import Claims, settle_crash
 from shipping_async.bulk._outage import steady
+from shipping_async.bulk._places import Places, StopSignal
 from shipping_async.bulk._recent_orders import hold_recent_orders
 from shipping_async.bulk.choice import EstimateChooser, cheapest
 from shipping_async.bulk.journal import (
@@ -128,18 +129,19 @@ class Runner:
         self.worker_id = worker_id or new_worker_id()
         self.quote_ahead = quote_ahead
         self.one_lane = one_lane
+        #: Set by :meth:`stop`; what waits for it among other things listens to it.
+        self.stop_event = StopSignal()
         #: The places of jobs doing requests, shared by every lane (``None``: no bound).
-        self.work_places = asyncio.Semaphore(max_in_flight) if max_in_flight else None
+        self.work_places = Places(max_in_flight, self.stop_event) if max_in_flight else None
         self.progress = RunProgress()
         self.claims = Claims(self.journal, clock, self.lease)
         #: Jobs this run left unfinished (stopped, claimed elsewhere), by key: why.
         self.unfinished: dict[str, str] = {}
-        self.stop_event = asyncio.Event()
         self._results: asyncio.Queue[ShipmentResult | None] = asyncio.Queue(concurrency)
         self._lanes: dict[str, _Lane] = {}
         #: Lanes whose limiter holds the journal's recent orders (done once per limiter).
         self.remembered: set[str] = set()
-        self._slots = asyncio.Semaphore(concurrency)
+        self._slots = Places(concurrency, self.stop_event)
         self._fed: set[str] = set()  # handed over by the feed, not settled yet
         self._fed_run = False  # run(feed), not drain()
         self._feeding = False  # the feed has not returned yet
@@ -179,18 +181,21 @@ class Runner:
         async for result in self._run(self._fed_by(feed)):
             yield result
 
-    async def enter(self) -> None:
-        """For a feed: wait for room for one more job (``concurrency`` unsettled at most)."""
-        await self._slots.acquire()
+    async def enter(self) -> bool:
+        """For a feed: wait for room for one more job (``concurrency`` unsettled at most);
+        ``False`` (no room taken) once the run stops."""
+        if self.stopping:
+            return False
+        return await self._slots.take(unless_stopped=True)
 
     async def report(self, result: ShipmentResult) -> None:
         """For a feed: a job settled without being worked on (invalid, finished before)."""
-        self._slots.release()
+        self._slots.give()
         await self._results.put(result)
 
     def leave(self) -> None:
         """For a feed: give back the room :meth:`enter` took, for a job not handed over."""
-        self._slots.release()
+        self._slots.give()
 
     @property
     def full(self) -> bool:
@@ -393,11 +398,11 @@ class Runner:
             self.unfinished[key] = why
             self.progress.forget(key)
             if fed:
-                self._slots.release()
+                self._slots.give()
             return
         self.unfinished.pop(key, None)
         if fed:
-            self._slots.release()
+            self._slots.give()
         await self._results.put(result)
 
     async def _unclaimed(self, key: str) -> None:
@@ -454,7 +459,8 @@ class _Lane:
         self.wake.set()
 
     async def run(self) -> None:
-        """Claim, ship and settle until the lane has nothing left or the runner stops."""
+        """Claim, ship and settle what the feed hands over until the lane has nothing
+        left or the runner stops (a fed run; a drain starts jobs in its lanes itself)."""
         runner = self.runner
         await self.remember()
         async with asyncio.TaskGroup() as jobs:
@@ -472,12 +478,9 @@ class _Lane:
                     jobs.create_task(self._work(record))
                 if claimed and len(claimed) == free:
                     continue  # there may be more at once
-                if await self._finished():
+                if self._finished():
                     break
-                waits: list[Awaitable[object] | None] = [self.wake.wait()]
-                if not runner._fed_run:  # others' jobs come free only when their lease ends
-                    waits.append(runner.clock.sleep(runner.poll))
-                await _first(*waits)
+                await self.wake.wait()  # a job handed over or settled, the feed's end, stop
         if not runner.stopping:
             return
         for key in self.wanted:  # handed over, never started
@@ -507,15 +510,6 @@ class _Lane:
         runner = self.runner
         if runner.stopping:
             return []
-        if not runner._fed_run:
-            return await runner.journal.claim(
-                runner.worker_id,
-                lease=runner.lease,
-                limit=free,
-                account=self.name,
-                retry_failed=runner.retry_failed,
-                exclude=list(self.active),  # one task per job in this process
-            )
         keys = [self.wanted.popleft() for _ in range(min(free, len(self.wanted)))]
         if not keys:
             return []
@@ -533,15 +527,8 @@ class _Lane:
                 await runner._unclaimed(key)
         return claimed
 
-    async def _finished(self) -> bool:
-        runner = self.runner
-        if self.active:
-            return False
-        if runner._fed_run:
-            return not runner._feeding and not self.wanted
-        journal = runner.journal
-        assert isinstance(journal, DrainableJournal)
-        return self.name not in await journal.accounts_with_work(retry_failed=runner.retry_failed)
+    def _finished(self) -> bool:
+        return not self.active and not self.runner._feeding and not self.wanted
 
     async def _work(self, record: JobRecord) -> None:
         key, runner = record.key, self.runner

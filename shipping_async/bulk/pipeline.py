@@ -41,6 +41,7 @@ from shipping_async._retry import order_intent
 from shipping_async.bulk._gate import GateClosedError, OrderGate
 from shipping_async.bulk._outage import IntentUnsettled
 from shipping_async.bulk._pickup import book_pickup
+from shipping_async.bulk._places import Places
 from shipping_async.bulk.choice import EstimateChooser
 from shipping_async.bulk.journal import (
     JobFields,
@@ -163,7 +164,7 @@ class JobPipeline:
         estimate_validity: float | None = None,
         max_requotes: int = 3,
         observe: Callable[[JobRecord], None] | None = None,
-        work_places: asyncio.Semaphore | None = None,
+        work_places: Places | None = None,
         leases: LeaseView | None = None,
     ) -> None:
         self._client = client
@@ -226,7 +227,7 @@ class JobPipeline:
                 except GateClosedError:
                     raise Stopped from None
                 try:
-                    if not await job.take_place(until=self._gate):
+                    if not await job.take_place(unless_stopped=True):
                         raise Stopped
                     if record.state is JobState.PENDING:
                         stage = "requote" if expired else Stage.QUOTE.value  # it expired
@@ -421,15 +422,14 @@ class _Claim:
         self.token = token
         self.placed = False  # holds one of the run's work places
 
-    async def take_place(self, *, until: OrderGate | None = None) -> bool:
+    async def take_place(self, *, unless_stopped: bool = False) -> bool:
         """Hold one of the run's work places from now to the end of the job (once);
-        ``False`` if ``until``'s run stopped first."""
+        ``False`` if ``unless_stopped`` and the run stopped first (a free place is taken
+        at once either way: no race with the stop)."""
         places = self.pipeline._work_places
         if places is None or self.placed:
             return True
-        if until is None or not places.locked():
-            await places.acquire()  # a free place is taken at once: no race with the stop
-        elif not await until.unless_closed(places.acquire()):
+        if not await places.take(unless_stopped=unless_stopped):
             return False
         self.placed = True
         return True
@@ -438,7 +438,7 @@ class _Claim:
         places = self.pipeline._work_places
         if places is not None and self.placed:
             self.placed = False
-            places.release()
+            places.give()
 
     async def record(self, state: JobState, **fields: Unpack[JobFields]) -> JobRecord:
         record = await self.pipeline._journal.record(self.token, self.key, state, **fields)

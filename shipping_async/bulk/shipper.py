@@ -153,8 +153,11 @@ class _Feed:
         try:
             ended = False
             while not ended:
-                got = await _unless_stopped(ready.get(), runner.stop_event)
-                first = None if got is None else got.result()
+                if ready.empty():  # the source is waiting for its next item
+                    got = await _unless_stopped(ready.get(), runner.stop_event)
+                    first = None if got is None else got.result()
+                else:
+                    first = ready.get_nowait()
                 if first is None or isinstance(first, _End):
                     break
                 batch: list[Item] = [first]
@@ -166,7 +169,7 @@ class _Feed:
                     batch.append(item)
                 admitted = 0
                 for _ in batch:
-                    if await _unless_stopped(runner.enter(), runner.stop_event) is None:
+                    if not await runner.enter():
                         break
                     admitted += 1
                 if admitted < len(batch) or runner.stopping:
