@@ -24,12 +24,19 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar
 
 import msgspec
 
-from shipping_async.models._base import Model, Undecoded, attach_undecoded, decoder
+from shipping_async.models._base import (
+    Model,
+    Undecoded,
+    attach_undecoded,
+    decoder,
+    struct_fields,
+    unwrap_optional,
+)
 
 __all__ = ["MAX_REPAIRS", "Answer", "read_answer"]
 
@@ -48,7 +55,7 @@ _STEP = re.compile(r"\.(?P<key>[A-Za-z_][A-Za-z0-9_]*)|\[(?P<index>\d+)\]")
 _Path = tuple[str | int, ...]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, eq=False)
 class Answer(Generic[E, T]):
     """How one operation's 2xx answer is read.
 
@@ -65,6 +72,13 @@ class Answer(Generic[E, T]):
     identity: tuple[tuple[str, ...], ...] = ()
     strip: tuple[str, ...] = ()
     empty: bytes | None = None
+    #: Worked out on first use (not at import: a decoder and the fields of a struct
+    #: cost milliseconds to make): the decoder of ``wire``, and ``identity`` as
+    #: attribute paths on the decoded value (see :func:`_decoded_identity`).
+    _decoder: msgspec.json.Decoder[E] | None = field(default=None, init=False, repr=False)
+    _identity_attributes: tuple[tuple[tuple[str, ...], ...], ...] | None = field(
+        default=None, init=False, repr=False
+    )
 
 
 def read_answer(raw: bytes, answer: Answer[Any, T], *, lenient: bool, what: str) -> T:
@@ -75,14 +89,18 @@ def read_answer(raw: bytes, answer: Answer[Any, T], *, lenient: bool, what: str)
     """
     if answer.empty is not None and not raw.strip():
         raw = answer.empty
+    read = answer._decoder
+    if read is None:
+        read = answer._decoder = decoder(answer.wire)
     try:
-        envelope = decoder(answer.wire).decode(raw)
+        envelope = read.decode(raw)
     except msgspec.ValidationError as exc:
         if not lenient:
             raise
         envelope, undecoded = _repair(raw, answer.wire, exc)
     else:
-        _check_identity(answer, [], raw)
+        if answer.identity:
+            _check_decoded_identity(answer, envelope, raw)
         return answer.unwrap(envelope)
     _check_identity(answer, undecoded, raw)
     result = answer.unwrap(envelope)
@@ -191,6 +209,78 @@ def _relative(item: Undecoded, strip: tuple[str, ...]) -> Undecoded:
     return item
 
 
+def _check_decoded_identity(answer: Answer[Any, Any], envelope: Any, raw: bytes) -> None:
+    """:func:`_check_identity` of an answer that decoded whole, read on the decoded value
+    (not by decoding ``raw`` once more) wherever that reads the same."""
+    paths = answer._identity_attributes
+    if paths is None:
+        paths = answer._identity_attributes = _decoded_identity(answer)
+    if not paths:  # some identifying field cannot be read off the decoded value
+        _check_identity(answer, [], raw)
+        return
+    for attributes in paths:
+        if all(_present(envelope, names) for names in attributes):
+            return
+    _unreadable(answer)
+
+
+def _present(node: Any, names: tuple[str, ...]) -> bool:
+    for name in names:
+        node = getattr(node, name)
+        if node is None:
+            return False
+    return True
+
+
+def _decoded_identity(answer: Answer[Any, Any]) -> tuple[tuple[tuple[str, ...], ...], ...]:
+    """``answer.identity`` as attribute paths on the decoded value, or ``()`` when one of
+    its fields would read differently there than in the raw answer.
+
+    In the raw answer a field counts when present and not null. On a value that decoded
+    whole, that is "not ``None``" exactly when each field along the path is required or
+    defaults to ``None`` (then absent and null both decode to ``None``), every field but
+    the last is a struct (so present means an object), and no struct on the way rewrites
+    its fields after decoding (``__post_init__``).
+    """
+    resolved = []
+    for paths in answer.identity:
+        alternative = []
+        for path in paths:
+            names = _attributes(answer.wire, path.split("."))
+            if names is None:
+                return ()
+            alternative.append(names)
+        resolved.append(tuple(alternative))
+    return tuple(resolved)
+
+
+def _attributes(wire: Any, keys: list[str]) -> tuple[str, ...] | None:
+    names: list[str] = []
+    node = wire
+    for key in keys:
+        node = unwrap_optional(node)
+        if not (isinstance(node, type) and issubclass(node, msgspec.Struct)):
+            return None
+        if getattr(node, "__post_init__", None) is not None:
+            return None
+        found = [item for item in struct_fields(node) if item.encode_name == key]
+        if len(found) != 1:
+            return None
+        (item,) = found
+        if not item.required and (
+            item.default is not None or item.default_factory is not msgspec.NODEFAULT
+        ):
+            return None
+        names.append(item.name)
+        node = item.type
+    return tuple(names)
+
+
+def _unreadable(answer: Answer[Any, Any]) -> None:
+    wanted = " or ".join(", ".join(paths) for paths in answer.identity)
+    raise ValueError(f"the answer's identifying fields ({wanted}) cannot be read")
+
+
 def _check_identity(answer: Answer[Any, Any], undecoded: list[Undecoded], raw: bytes) -> None:
     if not answer.identity:
         return
@@ -199,8 +289,7 @@ def _check_identity(answer: Answer[Any, Any], undecoded: list[Undecoded], raw: b
     for paths in answer.identity:
         if all(_readable(tree, path, lost) for path in paths):
             return
-    wanted = " or ".join(", ".join(paths) for paths in answer.identity)
-    raise ValueError(f"the answer's identifying fields ({wanted}) cannot be read")
+    _unreadable(answer)
 
 
 def _readable(tree: Any, path: str, lost: list[str]) -> bool:

@@ -25,6 +25,8 @@ __all__ = [
     "attach_undecoded",
     "decoder",
     "enc_hook",
+    "struct_fields",
+    "unwrap_optional",
     "validate_request",
 ]
 
@@ -307,7 +309,7 @@ def _wire_forms(value: Any, type_: Any, path: str) -> list[tuple[str, str]]:
     takes its wire form (``"120.50"``, ``"07-01-2026"``, ``"10:00"``) as well as the object;
     what neither reads is returned as a problem naming the field.
     """
-    inner = _unwrap_optional(type_)
+    inner = unwrap_optional(type_)
     problems: list[tuple[str, str]] = []
     if isinstance(value, dict) and _is_struct(inner):
         for encode_name, name, convert, nested in _wire_plan(inner):
@@ -339,8 +341,8 @@ _WireStep = tuple[str, str, Any, Any]  # encode name, name, converter or None, n
 def _wire_plan(struct: Any) -> tuple[_WireStep, ...]:
     """The fields of ``struct`` that take a wire form or may hold some, in field order."""
     steps: list[_WireStep] = []
-    for field in _struct_fields(struct):
-        convert = _WIRE_INPUTS.get(_unwrap_optional(field.type))
+    for field in struct_fields(struct):
+        convert = _WIRE_INPUTS.get(unwrap_optional(field.type))
         if convert is not None:
             steps.append((field.encode_name, field.name, convert, None))
         elif _may_hold_wire_forms(field.type):
@@ -353,7 +355,7 @@ def _may_hold_wire_forms(type_: Any) -> bool:
     """Whether a value of ``type_`` can hold a field :func:`_wire_forms` rewrites: a struct
     (even one without such fields: cheap, and safe for a struct that names itself), or a
     list of such values. A plain field (text, number, a list of them) is skipped."""
-    inner = _unwrap_optional(type_)
+    inner = unwrap_optional(type_)
     if _is_struct(inner):
         return True
     item = _list_item(inner)
@@ -377,10 +379,10 @@ def _problems(value: Any, type_: Any, path: str) -> list[tuple[str, str]]:
         first = _one_problem(exc, path, type_)
     else:
         return []
-    inner = _unwrap_optional(type_) if value is not None else None
+    inner = unwrap_optional(type_) if value is not None else None
     if isinstance(value, dict) and _is_struct(inner):
         found: list[tuple[str, str]] = []
-        for field in _struct_fields(inner):
+        for field in struct_fields(inner):
             where = f"{path}.{field.name}" if path else field.name
             if field.encode_name not in value:
                 if field.required:
@@ -407,20 +409,20 @@ def _one_problem(exc: Exception, path: str, type_: Any) -> tuple[str, str]:
 
 
 @functools.cache
-def _struct_fields(struct: Any) -> tuple[msgspec.structs.FieldInfo, ...]:
+def struct_fields(struct: Any) -> tuple[msgspec.structs.FieldInfo, ...]:
     """A struct type's fields, worked out once: ``msgspec.structs.fields`` evaluates the
     class's string annotations on every call (about 5 ms for a request type)."""
     return msgspec.structs.fields(struct)
 
 
 @functools.cache
-def _unwrap_optional(type_: Any) -> Any:
+def unwrap_optional(type_: Any) -> Any:
     """``X | None`` -> ``X``; anything else as is."""
     args = [arg for arg in typing.get_args(type_) if arg is not type(None)]
     if typing.get_origin(type_) in (typing.Union, types.UnionType) and len(args) == 1:
-        return _unwrap_optional(args[0])
+        return unwrap_optional(args[0])
     if typing.get_origin(type_) is typing.Annotated:
-        return _unwrap_optional(args[0])
+        return unwrap_optional(args[0])
     return type_
 
 
