@@ -43,8 +43,17 @@ class AnswerTooLarge(Exception):
 async def read_capped(response: aiohttp.ClientResponse, limit: int) -> bytes:
     """The answer's body, or :class:`AnswerTooLarge` once more than ``limit`` bytes came."""
     declared = response.content_length
-    if declared is not None and declared > limit and not response.headers.get("Content-Encoding"):
-        raise AnswerTooLarge(declared)
+    headers = response.headers
+    if declared is not None and not headers.get("Content-Encoding"):
+        if declared > limit:
+            raise AnswerTooLarge(declared)
+        if "Transfer-Encoding" not in headers:
+            # The body is exactly the declared length, at most ``limit`` bytes: read it
+            # whole (aiohttp's parser stops there), as cheaply as aiohttp reads.
+            whole = await response.read()
+            if len(whole) > limit:
+                raise AnswerTooLarge(len(whole))
+            return whole
     if response.content.at_eof():
         # A client middleware read the answer before us (to log it, say): aiohttp keeps it.
         whole = await response.read()

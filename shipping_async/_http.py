@@ -17,6 +17,7 @@ from typing import Final, TypedDict, TypeVar
 import aiohttp
 import msgspec
 from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
 
 from shipping_async._bounded import (
     DEFAULT_MAX_RESPONSE_BYTES,
@@ -67,16 +68,29 @@ class RequestOptions(TypedDict, total=False):
 
 
 class Secret:
-    """A string that never shows itself in ``repr``, ``str`` or a traceback's locals."""
+    """A string that never shows itself in ``repr``, ``str`` or a traceback's locals.
 
-    __slots__ = ("_value",)
+    It also keeps what every request and answer needs of the token, made once: the
+    request headers that carry it (:meth:`headers`) and its bytes (to scrub answers).
+    None of them is ever bound to a name of a frame that may raise.
+    """
+
+    __slots__ = ("_bytes", "_form_headers", "_json_headers", "_value")
 
     def __init__(self, value: str) -> None:
         self._value = value
+        self._bytes = value.encode()
+        self._json_headers = _headers(self, json=True)
+        self._form_headers = _headers(self, json=False)
 
     def reveal(self) -> str:
         """The secret itself, for the one place that must send it."""
         return self._value
+
+    def headers(self, *, json: bool) -> dict[str, str]:
+        """The request headers (token included), the same dict for every request: aiohttp
+        copies them into each request's own; nothing may change them."""
+        return self._json_headers if json else self._form_headers
 
     def __repr__(self) -> str:
         return "'***'"
@@ -138,7 +152,7 @@ def _headers(token: Secret, *, json: bool) -> dict[str, str]:
 async def exchange(
     session: aiohttp.ClientSession,
     *,
-    url: str,
+    url: str | URL,
     method: str,
     path: str,
     token: Secret,
@@ -167,13 +181,17 @@ async def exchange(
     data: bytes | aiohttp.FormData | GatedBody | None = form() if form is not None else json_body
     if gate is not None and gate.at_write and json_body is not None and form is None:
         data = GatedBody(json_body, gate)
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    if _log.isEnabledFor(logging.DEBUG):
+    debug = _log.isEnabledFor(logging.DEBUG)
+    if debug:
+        started = asyncio.get_running_loop().time()
         size = len(json_body) if json_body is not None else 0
         kind = "multipart" if form is not None else f"{size} bytes"
         _log.debug(
-            "-> %s %s %s headers=%s", method, url, kind, redact(_headers(token, json=form is None))
+            "-> %s %s %s headers=%s",
+            method,
+            url,
+            kind,
+            redact(token.headers(json=form is None)),
         )
     try:
         status, answer_headers, raw = await _send(
@@ -208,9 +226,14 @@ async def exchange(
         raise APIConnectionError(
             f"{method} {path}: {type(exc).__name__}: {exc}", method=method, path=path
         ) from discreet(exc)
-    if _log.isEnabledFor(logging.DEBUG):  # not even the arguments otherwise: every request
+    if debug:  # not even the arguments otherwise: every request
         _log.debug(
-            "<- %s %s %d in %.3f s (%d bytes)", method, url, status, loop.time() - started, len(raw)
+            "<- %s %s %d in %.3f s (%d bytes)",
+            method,
+            url,
+            status,
+            asyncio.get_running_loop().time() - started,
+            len(raw),
         )
     if status >= 300:
         # A proxy or debug page may echo the request headers back: keep the token out of
@@ -239,7 +262,7 @@ async def exchange(
 async def _send(
     session: aiohttp.ClientSession,
     method: str,
-    url: str,
+    url: str | URL,
     *,
     data: bytes | aiohttp.FormData | GatedBody | None,
     token: Secret,
@@ -258,7 +281,7 @@ async def _send(
         method,
         url,
         data=data,
-        headers=_headers(token, json=json),
+        headers=token.headers(json=json),
         timeout=limits,
         allow_redirects=False,
     ) as response:
@@ -267,23 +290,24 @@ async def _send(
         except AnswerTooLarge as exc:
             exc.status, exc.headers = response.status, _scrub_headers(response.headers, token)
             raise
-        return response.status, _scrub_headers(response.headers, token), _scrub(raw, token)
+        # bytes.replace returns the answer itself when the token is not in it.
+        return (
+            response.status,
+            _scrub_headers(response.headers, token),
+            raw.replace(token._bytes, b"***"),
+        )
 
 
 # The token is revealed inline, never bound to a name: a traceback that shows frame
 # locals (rich, Sentry) must not find it here.
 
 
-def _scrub(raw: bytes, token: Secret) -> bytes:
-    return raw.replace(token.reveal().encode(), b"***")
-
-
 def _scrub_headers(headers: Mapping[str, str], token: Secret) -> CIMultiDictProxy[str]:
     """The answer's headers for an error: read-only, without the token in them (the
     answer's own when none holds it, which is every answer of an honest server)."""
-    if isinstance(headers, CIMultiDictProxy) and not any(
-        token.reveal() in value for value in headers.values()
-    ):
+    # One search of the values joined (a header value holds no line break, so a match
+    # that spans two values needs a token holding one: then the slow way scrubs right).
+    if isinstance(headers, CIMultiDictProxy) and token._value not in "\n".join(headers.values()):
         return headers
     return CIMultiDictProxy(
         CIMultiDict((name, value.replace(token.reveal(), "***")) for name, value in headers.items())

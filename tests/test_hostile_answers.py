@@ -225,6 +225,55 @@ def test_a_gzip_helper_sanity_check() -> None:
     assert len(gzip.decompress(gzip_bomb(2 << 20))) == 2 << 20
 
 
+def chunked(body: bytes, *headers: str, piece: int = 1000) -> bytes:
+    head = ["HTTP/1.1 200 OK", "Transfer-Encoding: chunked", "Connection: close", *headers]
+    chunks = b"".join(
+        b"%x\r\n%s\r\n" % (len(body[at : at + piece]), body[at : at + piece])
+        for at in range(0, len(body), piece)
+    )
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + chunks + b"0\r\n\r\n"
+
+
+QUOTE_WITH_PADDING = b'{"id": 1, "padding": "' + b"x" * 5000 + b'"}'
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param(http("200 OK", QUOTE_WITH_PADDING), id="declared-length"),
+        pytest.param(chunked(QUOTE_WITH_PADDING), id="chunked"),
+    ],
+)
+async def test_an_answer_within_the_cap_reads_the_same_declared_or_chunked(answer: bytes) -> None:
+    async with raw_server(fixed(answer)) as base_url:
+        client = AsyncShippingClient(
+            TOKEN, base_url=base_url, max_retries=0, max_response_bytes=len(QUOTE_WITH_PADDING)
+        )
+        async with client:
+            quote = await client.quotes.get(1)
+    assert quote.id == 1
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param(chunked(QUOTE_WITH_PADDING), id="chunked"),
+        # A small declared length does not let a chunked body past the cap.
+        pytest.param(chunked(QUOTE_WITH_PADDING, "Content-Length: 10"), id="chunked-and-length"),
+    ],
+)
+async def test_an_answer_over_the_cap_without_a_true_length_is_refused(answer: bytes) -> None:
+    async with raw_server(fixed(answer)) as base_url:
+        client = AsyncShippingClient(
+            TOKEN, base_url=base_url, max_retries=0, max_response_bytes=4096
+        )
+        async with client:
+            with pytest.raises((APIResponseValidationError, APIConnectionError)) as caught:
+                await client.quotes.get(1)
+    if isinstance(caught.value, APIResponseValidationError):
+        assert "longer than 4096 bytes" in str(caught.value)
+
+
 # -- learned windows -----------------------------------------------------------------------
 
 
