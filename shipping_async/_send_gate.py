@@ -46,7 +46,16 @@ class SendGate:
     knows for sure whether the intent was recorded.
     """
 
-    __slots__ = ("_done", "_grant", "at_write", "error", "immediate", "opened", "passed")
+    __slots__ = (
+        "_done",
+        "_finished",
+        "_grant",
+        "at_write",
+        "error",
+        "immediate",
+        "opened",
+        "passed",
+    )
 
     def __init__(self, grant: Grant, *, at_write: bool, immediate: bool = False) -> None:
         self._grant = grant
@@ -55,6 +64,9 @@ class SendGate:
         self.opened = False  # grant was started
         self.passed = False  # grant finished: the request may be written from now on
         self.error: BaseException | None = None  # what grant raised (nothing is sent)
+        self._finished = False  # grant ended, one way or the other
+        # Made only for whoever waits on a grant still running (rare: a writer cancelled
+        # mid-grant): an Event per order would cost more than the gate itself.
         self._done: asyncio.Event | None = None
 
     async def open(self) -> None:
@@ -65,7 +77,6 @@ class SendGate:
                 raise self.error
             return
         self.opened = True
-        self._done = asyncio.Event()
         try:
             if self.immediate:
                 await self._grant()
@@ -77,12 +88,16 @@ class SendGate:
         else:
             self.passed = True
         finally:
-            self._done.set()
+            self._finished = True
+            if self._done is not None:
+                self._done.set()
 
     async def settled(self) -> None:
         """Wait until an opened gate's ``grant`` has finished (its writer may have been
         cancelled while the grant goes on): only then is :func:`stopped_at` final."""
-        if self._done is not None:
+        if self.opened and not self._finished:
+            if self._done is None:
+                self._done = asyncio.Event()
             await self._done.wait()
 
     def refusal(self) -> BaseException | None:
