@@ -23,6 +23,7 @@ from shipping_async.models import (
     Quote,
     ScheduledPickup,
     SchedulePickupRequest,
+    _base,
     decoder,
     validate_request,
 )
@@ -266,3 +267,66 @@ def test_any_json_object_decodes_as_a_quote_or_is_refused(body: dict[str, Any]) 
 @given(st.lists(objects_for(tuple(PickupAvailability.__struct_fields__)), max_size=3))
 def test_any_json_decodes_as_availabilities_or_is_refused(body: list[dict[str, Any]]) -> None:
     decodes_or_refuses(json.dumps(body).encode(), list[PickupAvailability])
+
+
+# -- request wire forms: the fast ways read as the slow ones ------------------------------
+
+
+@given(
+    st.from_regex(r"[0-9]{0,20}(\.[0-9]{0,15})?", fullmatch=True)
+    | st.text(alphabet="0123456789.-+eE ", max_size=20)
+    | st.text(max_size=8)
+)
+def test_decimal_text_reads_plain_text_as_the_decimal_way_does(text: str) -> None:
+    def outcome(convert: Any) -> object:
+        try:
+            return convert(text)
+        except ValueError as exc:
+            return str(exc)
+
+    assert outcome(_base._decimal_text) == outcome(_base._decimal_number_text)
+
+
+@pytest.mark.parametrize(
+    "convert",
+    [pytest.param(_base._wire_date, id="date"), pytest.param(_base._wire_time, id="time")],
+)
+@given(
+    text=st.sampled_from(["2026-01-07", "07-01-2026", "10:00", "10:00.30", "1900-01-01"])
+    | st.text(max_size=12)
+)
+def test_remembered_dates_and_times_read_the_same_every_time(convert: Any, text: str) -> None:
+    def outcome() -> object:
+        try:
+            return convert(text)
+        except ValueError as exc:
+            return str(exc)
+
+    assert outcome() == outcome() == outcome_of(convert.__wrapped__, text)
+
+
+def outcome_of(convert: Any, value: object) -> object:
+    try:
+        return convert(value)
+    except ValueError as exc:
+        return str(exc)
+
+
+class _Plain(msgspec.Struct, kw_only=True):
+    name: str
+    sizes: list[float] = msgspec.field(default_factory=list)
+
+
+class _Node(msgspec.Struct, kw_only=True):
+    when: date | None = None
+    plain: _Plain | None = None
+    children: list[_Node] | None = None
+
+
+def test_the_walk_visits_only_what_may_hold_wire_forms_and_follows_a_struct_into_itself() -> None:
+    assert _base._walker(_Plain) is None  # nothing there to rewrite
+    tree = {"when": "07-01-2026", "children": [{"when": "2026-01-08", "children": [{}]}]}
+    assert _base._wire_forms(tree, _Node, "") == []
+    assert tree == {"when": "2026-01-07", "children": [{"when": "2026-01-08", "children": [{}]}]}
+    bad = {"children": [{}, {"when": "31-02-2026"}]}
+    assert [field for field, _ in _base._wire_forms(bad, _Node | None, "")] == ["children[1].when"]
