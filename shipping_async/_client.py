@@ -53,6 +53,8 @@ DECODING_ENV: Final = "SHIPPING_DECODING"
 Decoding = Literal["lenient", "strict"]
 
 _LOOPBACK_NAMES = frozenset({"localhost"})
+# Request bodies to JSON: one encoder (msgspec.json.encode makes one per call).
+_encode = msgspec.json.Encoder(enc_hook=enc_hook).encode
 
 
 class _SessionHolder:
@@ -249,7 +251,13 @@ class AsyncShippingClient:
                 f"{BASE_URL_ENV} environment variable"
             )
         self._base_url = _check_base_url(base_url)
+        self._root = URL(self._base_url)
+        self._root_path = self._root.raw_path.rstrip("/")
+        # The URLs of paths without an id (/quotes, /orders): aiohttp works out a URL's
+        # host, origin, ... once per URL object, so the same object serves every request.
+        self._urls: dict[str, URL | str] = {}
         self._timeout = _check_timeout(timeout)
+        self._limits = _limits(self._timeout)
         self._lenient = _check_decoding(decoding) == "lenient"
         if isinstance(max_response_bytes, bool) or max_response_bytes < 1:
             raise ConfigurationError(
@@ -354,6 +362,7 @@ class AsyncShippingClient:
         clone = copy.copy(self)
         if timeout is not None:
             clone._timeout = _check_timeout(timeout)
+            clone._limits = _limits(clone._timeout)
         if max_retries is not None:
             clone._policy = dataclasses.replace(self._policy, max_retries=max_retries)
         if max_wait is not None:
@@ -409,17 +418,25 @@ class AsyncShippingClient:
         ``request_rate_limiter``. ``settle``: see :func:`~shipping_async._send.send_with_retries`.
         ``raw_sink`` gets the bytes of every answer read (the order ledger keeps them).
         """
-        unknown = options.keys() - RequestOptions.__annotations__.keys()
-        if unknown:
-            raise TypeError(f"unexpected option(s) {sorted(unknown)}: only timeout, max_retries")
-        json_body = None if body is None else msgspec.json.encode(body, enc_hook=enc_hook)
-        policy = self._policy
-        if "max_retries" in options:
-            policy = dataclasses.replace(policy, max_retries=options["max_retries"])
-        seconds = _check_timeout(options["timeout"]) if "timeout" in options else self._timeout
-        limits = _limits(seconds)
+        policy, limits = self._policy, self._limits
+        if options:
+            unknown = options.keys() - RequestOptions.__annotations__.keys()
+            if unknown:
+                raise TypeError(
+                    f"unexpected option(s) {sorted(unknown)}: only timeout, max_retries"
+                )
+            if "max_retries" in options:
+                policy = dataclasses.replace(policy, max_retries=options["max_retries"])
+            if "timeout" in options:
+                limits = _limits(_check_timeout(options["timeout"]))
+        json_body = None if body is None else _encode(body)
         session = self._sessions.get()
-        url = self._base_url + operation.path
+        if operation.route == operation.path:  # no id in it: one URL for every request
+            url = self._urls.get(operation.path)
+            if url is None:
+                url = self._urls[operation.path] = self._url(operation.path)
+        else:
+            url = self._url(operation.path)
         rate = None if order_limited else self._request_rate_limiter
         observed = observe_call(self._hooks, operation)
         what = f"{operation.method} {operation.path}"
@@ -434,8 +451,9 @@ class AsyncShippingClient:
         async def attempt() -> T:
             if rate is not None:
                 await rate.acquire()
-            with observed.attempt():
-                return await exchange(
+            observed.sending()
+            try:
+                result = await exchange(
                     session,
                     url=url,
                     method=operation.method,
@@ -446,21 +464,40 @@ class AsyncShippingClient:
                     clock=self._clock,
                     json_body=json_body,
                     form=form,
-                    gate=send_gate.get(),
+                    # Only an order's attempt has a gate (set by send_with_retries).
+                    gate=send_gate.get() if order_limited else None,
                     on_status=observed.status,
                     max_response_bytes=self._max_response_bytes,
                 )
+            except BaseException as exc:
+                observed.answered(exc)
+                raise
+            observed.answered(None)
+            return result
 
         with observed:
+            if not order_limited:
+                return await send_with_retries(
+                    attempt, operation=operation, policy=policy, clock=self._clock
+                )
             return await send_with_retries(
                 attempt,
                 operation=operation,
                 policy=policy,
                 clock=self._clock,
-                limiter=observed.limiter(self._order_limiter) if order_limited else None,
-                max_wait=_check_max_wait(max_wait) if order_limited else None,
+                limiter=observed.limiter(self._order_limiter),
+                max_wait=_check_max_wait(max_wait),
                 settle=settle,
                 before_send=before_send,
                 # A JSON body opens the gate itself, right before it is written.
                 gate_at_write=form is None and json_body is not None,
             )
+
+    def _url(self, path: str) -> URL | str:
+        """The URL of ``path`` (``/orders/7``) under the API root."""
+        root = self._root
+        if root.raw_query_string or root.raw_fragment:
+            return self._base_url + path
+        # Built from the root's encoded path: parsing the whole text again (yarl caches
+        # only texts seen before, and every order id is new) costs four times as much.
+        return root.with_path(self._root_path + path, encoded=True)

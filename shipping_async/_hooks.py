@@ -217,7 +217,9 @@ class _Observed:
     def __init__(self, hooks: Subscribers, operation: Operation) -> None:
         self._hooks = hooks
         self._call = APICall(
-            operation=operation.name, method=operation.method, route=route_of(operation.path)
+            operation=operation.name,
+            method=operation.method,
+            route=operation.route or route_of(operation.path),
         )
         self._reason: str | None = None
         self._sent_at = 0.0
@@ -238,7 +240,7 @@ class _Observed:
         traceback: TracebackType | None,
     ) -> None:
         call = self._call
-        if isinstance(exc, OutcomeUnknownError):
+        if exc is not None and isinstance(exc, OutcomeUnknownError):
             for unknown in self._hooks.on_outcome_unknown:
                 unknown(call, exc)
         for hook in self._hooks.on_call_end:
@@ -246,32 +248,40 @@ class _Observed:
         if self._reset is not None:
             _CURRENT.reset(self._reset)
 
-    # -- one attempt: ``with observed.attempt():`` around the exchange ---------------------
+    # -- one attempt: ``sending()`` before the exchange, ``answered()`` after it -----------
 
-    def attempt(self) -> _Attempt:
+    def sending(self) -> None:
+        """An attempt is about to be sent."""
         call = self._call
         if self._reason is not None:
             for retry in self._hooks.on_retry:
                 retry(call, self._reason)
         call.attempts += 1
         call.status = call.error = None
-        for hook in self._hooks.on_request:
+        hooks = self._hooks
+        for hook in hooks.on_request:
             hook(call)
-        self._sent_at = time.perf_counter()
-        return _Attempt(self)
+        if hooks.on_response:
+            self._sent_at = time.perf_counter()
 
-    def _answered(self, error: BaseException | None) -> None:
-        seconds = time.perf_counter() - self._sent_at
+    def answered(self, error: BaseException | None) -> None:
+        """The attempt ended: with its answer read (``error`` is ``None``) or ``error``."""
         call = self._call
-        if isinstance(error, APIStatusError):
-            call.status = error.status
-        elif error is not None:
-            call.error = type(error.__cause__ or error).__name__
-        self._reason = None if error is None else _reason(error)
-        for hook in self._hooks.on_response:
-            hook(call, seconds)
-        if isinstance(error, RateLimitError):
-            for limited in self._hooks.on_rate_limited:
+        if error is None:
+            self._reason = None
+        else:
+            if isinstance(error, APIStatusError):
+                call.status = error.status
+            else:
+                call.error = type(error.__cause__ or error).__name__
+            self._reason = _reason(error)
+        hooks = self._hooks
+        if hooks.on_response:
+            seconds = time.perf_counter() - self._sent_at
+            for hook in hooks.on_response:
+                hook(call, seconds)
+        if error is not None and isinstance(error, RateLimitError):
+            for limited in hooks.on_rate_limited:
                 limited(call, error)
 
     def status(self, status: int) -> None:
@@ -279,26 +289,17 @@ class _Observed:
         self._call.status = status
 
     def limiter(self, limiter: OrderLimiter) -> OrderLimiter:
-        """``limiter`` as this call uses it, its permits and pauses reported."""
-        return _ObservedLimiter(limiter, self._call, self._hooks)
-
-
-class _Attempt:
-    __slots__ = ("_observed",)
-
-    def __init__(self, observed: _Observed) -> None:
-        self._observed = observed
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self._observed._answered(exc)
+        """``limiter`` as this call uses it, its permits and pauses reported (``limiter``
+        itself when no hook observes permits)."""
+        hooks = self._hooks
+        if not (
+            hooks.on_permit_waiting
+            or hooks.on_permit_granted
+            or hooks.on_permit_released
+            or hooks.on_paused
+        ):
+            return limiter
+        return _ObservedLimiter(limiter, self._call, hooks)
 
 
 class _ObservedLimiter:
@@ -355,6 +356,7 @@ class _ObservedLimiter:
 
 def observe_call(hooks: Subscribers, operation: Operation) -> _Observed:
     """The observer of one call of ``operation``: ``with`` it around the retry loop,
-    ``with observer.attempt():`` around each exchange, and pass the order limiter through
-    ``observer.limiter(...)``. Without hooks it only marks the call for the log records."""
+    ``sending()`` and ``answered(error)`` around each exchange, and pass the order limiter
+    through ``observer.limiter(...)``. Without hooks it only marks the call for the log
+    records."""
     return _Observed(hooks, operation)

@@ -109,13 +109,15 @@ class Operation:
     """One API operation as far as retrying goes: its name, method and concrete path.
 
     ``customer_reference`` is set for order creation, so that an unknown outcome names
-    the order to look for.
+    the order to look for. ``route``: the path's template (``/orders/{id}``) for the
+    hooks, when the caller knows it (else it is worked out from ``path``).
     """
 
     name: str
     method: str
     path: str
     customer_reference: str | None = None
+    route: str = ""
 
     @property
     def idempotent(self) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TypeVar
 
 from shipping_async._order_wait import (
@@ -82,34 +82,34 @@ async def send_with_retries(
     request (a :class:`~shipping_async._send_gate.GatedBody`); otherwise it is opened just
     before ``attempt``. The gate records the order intent.
     """
+    if limiter is None:
+        return await _send_unlimited(attempt, operation=operation, policy=policy, clock=clock)
     delays = policy.delays()
     retries = rate_limited = 0
     front = False
     started = clock.monotonic()
     deadline = None if max_wait is None else started + max_wait
-    intent = order_intent.get() if limiter is not None else None
+    intent = order_intent.get()
     while True:
-        permit = None
-        if limiter is not None:
+        try:
+            permit = await acquire_within(limiter, front=front, deadline=deadline, clock=clock)
+        except WaitExpired:
+            assert max_wait is not None
+            raise wait_timeout(
+                operation.customer_reference,
+                max_wait=max_wait,
+                limiter=limiter,
+                clock=clock,
+                refused=rate_limited,
+            ) from None
+        if before_send is not None:
             try:
-                permit = await acquire_within(limiter, front=front, deadline=deadline, clock=clock)
-            except WaitExpired:
-                assert max_wait is not None
-                raise wait_timeout(
-                    operation.customer_reference,
-                    max_wait=max_wait,
-                    limiter=limiter,
-                    clock=clock,
-                    refused=rate_limited,
-                ) from None
-            if before_send is not None:
-                try:
-                    await before_send(clock.monotonic() - started)
-                except BaseException:
-                    await limiter.release(permit, sent=False)
-                    raise
+                await before_send(clock.monotonic() - started)
+            except BaseException:
+                await limiter.release(permit, sent=False)
+                raise
         gate = None
-        if intent is not None and limiter is not None and permit is not None:
+        if intent is not None:
             gate = SendGate(intent.granted, at_write=gate_at_write, immediate=intent.immediate)
             if not gate.at_write:
                 try:
@@ -120,7 +120,7 @@ async def send_with_retries(
         owned: asyncio.Future[T] | None = None
         context = send_gate.set(gate)
         try:
-            if settle is not None and limiter is not None:
+            if settle is not None:
                 # Our own task, so that a cancelled caller can leave it running.
                 owned = asyncio.ensure_future(attempt())
                 result = await asyncio.shield(owned)
@@ -129,7 +129,7 @@ async def send_with_retries(
         except APIError as exc:
             error: APIError = exc
         except asyncio.CancelledError:
-            if owned is not None and limiter is not None and permit is not None:
+            if owned is not None:
                 assert settle is not None
                 await finish_abandoned(
                     owned,
@@ -138,28 +138,25 @@ async def send_with_retries(
                     sent=functools.partial(_may_have_arrived, gate=gate),
                     settle=settle,
                 )
-            elif limiter is not None and permit is not None:
+            else:
                 await _release_after_failure(limiter, permit, intent, gate)
             raise
         except BaseException:
-            if limiter is not None and permit is not None:
-                await _release_after_failure(limiter, permit, intent, gate)
+            await _release_after_failure(limiter, permit, intent, gate)
             raise
         else:
-            if limiter is not None and permit is not None:
-                await limiter.release(permit, sent=True)
+            await limiter.release(permit, sent=True)
             return result
         finally:
             send_gate.reset(context)
         await _settled(gate)
-        if stopped_at(gate) and gate is not None and limiter is not None and permit is not None:
+        if stopped_at(gate) and gate is not None:
             refusal = gate.refusal()
             if refusal is not None:  # the intent itself was refused: nothing was sent
                 await _not_sent(limiter, permit, intent)
                 raise refusal from None
         written = not stopped_at(gate) and not never_written(error)
-        if limiter is not None and permit is not None:
-            await limiter.release(permit, sent=written)
+        await limiter.release(permit, sent=written)
         if intent is not None and (isinstance(error, RateLimitError) or not written):
             await intent.withdrawn()  # proven not created: no intent waits or fails
         step = decide(
@@ -168,7 +165,7 @@ async def send_with_retries(
             policy,
             retries=retries,
             rate_limited=rate_limited,
-            limited=limiter is not None,
+            limited=True,
             written=written,
         )
         if isinstance(step, ShippingError):
@@ -177,7 +174,7 @@ async def send_with_retries(
             raise step
         # A re-sent order goes to the head of the limiter's queue: it was first in line.
         front = True
-        if step.pause_limiter and limiter is not None and isinstance(error, RateLimitError):
+        if step.pause_limiter and isinstance(error, RateLimitError):
             rate_limited += 1
             await _pause_after_429(
                 limiter,
@@ -191,6 +188,54 @@ async def send_with_retries(
             continue
         retries += 1
         delay = clock.from_real(step.wait) if step.wait is not None else next(delays)
+        _log.info(
+            "retrying %s %s in %.3g s after %s (retry %d of %d)",
+            operation.method,
+            operation.path,
+            delay,
+            _describe(error),
+            retries,
+            policy.max_retries,
+        )
+        await clock.sleep(delay)
+
+
+async def _send_unlimited(
+    attempt: Callable[[], Awaitable[T]],
+    *,
+    operation: Operation,
+    policy: RetryPolicy,
+    clock: Clock,
+) -> T:
+    """:func:`send_with_retries` without a limiter: no permit, no intent, no gate; only
+    the retry rules and the backoff between re-sends."""
+    delays: Iterator[float] | None = None
+    retries = 0
+    while True:
+        try:
+            return await attempt()
+        except APIError as exc:
+            error: APIError = exc
+        step = decide(
+            error,
+            operation,
+            policy,
+            retries=retries,
+            rate_limited=0,
+            limited=False,
+            written=not never_written(error),
+        )
+        if isinstance(step, ShippingError):
+            if isinstance(step, OutcomeUnknownError):
+                _log.warning("%s", step)
+            raise step
+        retries += 1
+        if step.wait is not None:
+            delay = clock.from_real(step.wait)
+        else:
+            if delays is None:
+                delays = policy.delays()
+            delay = next(delays)
         _log.info(
             "retrying %s %s in %.3g s after %s (retry %d of %d)",
             operation.method,

@@ -24,6 +24,7 @@ from resources.support import (
     order,
     order_request,
 )
+from yarl import URL
 
 from shipping_async import _http
 from shipping_async._client import AsyncShippingClient
@@ -123,6 +124,25 @@ async def test_anything_but_https_or_loopback_is_refused(url: str) -> None:
 )
 async def test_https_and_loopback_http_are_accepted(url: str) -> None:
     assert AsyncShippingClient("t", base_url=url).base_url == url
+
+
+@pytest.mark.parametrize(
+    "base_url",
+    [
+        pytest.param("http://127.0.0.1:8080/client_api/v2", id="path"),
+        pytest.param("http://127.0.0.1:8080/client_api/v2/", id="trailing-slash"),
+        pytest.param("http://127.0.0.1:8080", id="no-path"),
+        pytest.param("http://[::1]:9000/client%20api/v2", id="ipv6-encoded-path"),
+        pytest.param("https://user:pw@api.shipping.test/v2", id="user-info"),
+        pytest.param("https://api.shipping.test/v2?tenant=7", id="query"),
+    ],
+)
+@pytest.mark.parametrize("path", ["/quotes", "/orders/7001/waybills", "/webhooks/3"])
+async def test_a_request_url_is_the_base_url_and_the_path(base_url: str, path: str) -> None:
+    client = AsyncShippingClient("t", base_url=base_url)
+    expected = URL(client.base_url + path)
+    assert URL(client._url(path)) == expected
+    assert str(client._url(path)) == str(expected)
 
 
 def test_a_configuration_error_is_a_shipping_error_and_a_value_error() -> None:

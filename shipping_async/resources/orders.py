@@ -107,6 +107,7 @@ class Orders:
             method="POST",
             path="/orders",
             customer_reference=request.customer_reference,
+            route="/orders",
         )
         client = self._client
         form = order_form(request, await load_files(files)) if files else None
@@ -186,7 +187,7 @@ class Orders:
             return None
         answers: list[bytes] = []
         path = f"/orders/{path_id(order_id, 'order_id')}"
-        operation = Operation(name="get_order", method="GET", path=path)
+        operation = Operation(name="get_order", method="GET", path=path, route="/orders/{id}")
         order = await self._client._request(operation, _ORDER, raw_sink=answers.append)
         if order.customer_reference != customer_reference:
             raise RequestValidationError(
@@ -200,7 +201,7 @@ class Orders:
     async def get(self, order_id: int, **options: Unpack[RequestOptions]) -> Order:
         """GET /orders/{id}: the order with every leg in ``shipments`` (see ``Order.legs``)."""
         path = f"/orders/{path_id(order_id, 'order_id')}"
-        operation = Operation(name="get_order", method="GET", path=path)
+        operation = Operation(name="get_order", method="GET", path=path, route="/orders/{id}")
         return await self._client._request(operation, _ORDER, **options)
 
     async def cancel(self, order_id: int, **options: Unpack[RequestOptions]) -> None:
@@ -209,13 +210,15 @@ class Orders:
         Raises ``OrderAlreadyLiveError`` once the order is in transit or later.
         """
         path = f"/orders/{path_id(order_id, 'order_id')}"
-        operation = Operation(name="cancel_order", method="DELETE", path=path)
+        operation = Operation(name="cancel_order", method="DELETE", path=path, route="/orders/{id}")
         await self._client._request(operation, SUCCESS, **options)
 
     async def create_waybill(self, order_id: int, **options: Unpack[RequestOptions]) -> Order:
         """POST /orders/{id}/waybills (body ``{}``): one waybill per leg, in ``legs``."""
         path = f"/orders/{path_id(order_id, 'order_id')}/waybills"
-        operation = Operation(name="create_waybill", method="POST", path=path)
+        operation = Operation(
+            name="create_waybill", method="POST", path=path, route="/orders/{id}/waybills"
+        )
         return await self._client._request(operation, _ORDER, body={}, **options)
 
     async def pickup_availabilities(
@@ -226,7 +229,12 @@ class Orders:
         Feed the result to :func:`~shipping_async.models.choose_pickup_window`.
         """
         path = f"/orders/{path_id(order_id, 'order_id')}/pickup_availabilities"
-        operation = Operation(name="list_pickup_availabilities", method="GET", path=path)
+        operation = Operation(
+            name="list_pickup_availabilities",
+            method="GET",
+            path=path,
+            route="/orders/{id}/pickup_availabilities",
+        )
         return await self._client._request(operation, _AVAILABILITIES, **options)
 
     async def schedule_pickup(
@@ -238,7 +246,9 @@ class Orders:
         """
         request = validate_request(request)
         path = f"/orders/{path_id(order_id, 'order_id')}/schedule_pickups"
-        operation = Operation(name="schedule_pickup", method="POST", path=path)
+        operation = Operation(
+            name="schedule_pickup", method="POST", path=path, route="/orders/{id}/schedule_pickups"
+        )
         return await self._client._request(
             operation, _SCHEDULED_PICKUP, body=request.to_wire(), **options
         )

@@ -22,6 +22,7 @@ def _quote(envelope: _QuoteEnvelope) -> Quote:
 
 # Both shapes occur: the direct quote flat, the hub quote wrapped in ``quote``.
 _QUOTE = Answer(wire=_QuoteEnvelope, unwrap=_quote, strip=("quote",))
+_CREATE = Operation(name="create_quote", method="POST", path="/quotes", route="/quotes")
 
 
 class Quotes:
@@ -39,15 +40,14 @@ class Quotes:
         Retried like a read: a second quote commits the caller to nothing.
         """
         request = validate_request(request)
-        operation = Operation(name="create_quote", method="POST", path="/quotes")
-        quote = await self._client._request(operation, _QUOTE, body=request, **options)
+        quote = await self._client._request(_CREATE, _QUOTE, body=request, **options)
         self._remember(quote)
         return quote
 
     async def get(self, quote_id: int, **options: Unpack[RequestOptions]) -> Quote:
         """GET /quotes/{id}: the quote with each estimate's current ``quote_expired``."""
         path = f"/quotes/{path_id(quote_id, 'quote_id')}"
-        operation = Operation(name="get_quote", method="GET", path=path)
+        operation = Operation(name="get_quote", method="GET", path=path, route="/quotes/{id}")
         quote = await self._client._request(operation, _QUOTE, **options)
         self._remember(quote)
         return quote
