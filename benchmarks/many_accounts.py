@@ -19,8 +19,9 @@ on it, with one client per account (tokens from ``SHIPPING_ACCESS_TOKEN__<ACCOUN
   enqueueing included).
 
 Columns: ``jobs/s`` = jobs / (first to last request the sandbox saw, real seconds);
-``bound`` = accounts x 20 per 60 sandbox seconds, in jobs/s; ``CPU ms/job`` and ``peak RSS``
-of the worker process alone (``wait4`` rusage); ``PG xact/job`` = committed + rolled back
+``bound`` = accounts x 20 per 60 sandbox seconds, in jobs/s; ``CPU ms/job`` of the worker
+process alone (``wait4`` rusage); ``peak RSS`` its own high-water mark (``VmHWM``, read from
+``/proc`` while it runs: ``ru_maxrss`` is no good here, see :class:`PeakWatch`); ``PG xact/job`` = committed + rolled back
 transactions of the run's database; ``Redis cmd/job`` and ``scripts/order`` from
 ``INFO commandstats``; ``req/job`` = API requests the sandbox saw per job; ``lease fail`` =
 worker log lines saying a lease could not be renewed or was lost; ``429``, ``expired``
@@ -47,6 +48,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
@@ -189,15 +191,64 @@ def private_redis(folder: Path) -> Iterator[str]:
         process.wait()
 
 
-def run_measured(command: list[str], env: dict[str, str], log: Path) -> tuple[int, Any, float]:
-    """Run ``command`` to its end; its exit code, rusage and wall seconds."""
+class PeakWatch:
+    """The peak RSS of a child process: its ``VmHWM``, read every few milliseconds.
+
+    Not ``ru_maxrss``: the child is started with ``vfork`` + ``exec``, and Linux keeps the
+    larger of the old address space's high-water mark (this benchmark's own, up to
+    170 MiB once it has read a sandbox's request log) and the new one's. Measured so, a
+    200-account SQLite worker "peaked" anywhere between 80 and 170 MiB from run to run,
+    as this process happened to, while its own peak stayed at about 60 MiB. ``VmHWM``
+    belongs to the program the child runs (an ``exec`` starts it afresh) and only grows,
+    so the last reading misses at most the last few milliseconds before the exit. Under
+    ``BENCH_PYSPY`` the measured process is py-spy's child: that one is watched.
+    """
+
+    def __init__(self, pid: int) -> None:
+        self._pid = pid
+        self._stop = threading.Event()
+        self.kib = 0
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _target(self) -> int | None:
+        if not PYSPY:
+            return self._pid
+        try:
+            children = Path(f"/proc/{self._pid}/task/{self._pid}/children").read_text().split()
+        except OSError:
+            return None
+        return int(children[0]) if children else None
+
+    def _watch(self) -> None:
+        pid = None
+        while not self._stop.is_set():
+            pid = pid or self._target()
+            if pid is not None:
+                with contextlib.suppress(OSError):
+                    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                        if line.startswith("VmHWM:"):
+                            self.kib = max(self.kib, int(line.split()[1]))
+            self._stop.wait(0.005)
+
+    def stop(self) -> int:
+        """Stop watching; the peak in KiB (0 when it could not be read)."""
+        self._stop.set()
+        self._thread.join()
+        return self.kib
+
+
+def run_measured(command: list[str], env: dict[str, str], log: Path) -> tuple[int, Any, float, int]:
+    """Run ``command`` to its end; its exit code, rusage, wall seconds and peak RSS (KiB)."""
     started = time.monotonic()
     command = [*PYSPY, *command]
     with log.open("wb") as output:
         process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
+        watch = PeakWatch(process.pid)
         _, status, usage = os.wait4(process.pid, 0)
+        peak = watch.stop()
     process.returncode = os.waitstatus_to_exitcode(status)
-    return process.returncode, usage, time.monotonic() - started
+    return process.returncode, usage, time.monotonic() - started, peak
 
 
 async def ensure_database() -> None:
@@ -333,7 +384,7 @@ async def measure_worker(label: str, accounts: int, jobs: int, args: argparse.Na
             command += ["--sandbox-speed", str(args.speed), "--lease", str(args.lease)]
             command += ["--progress", "plain", *args.worker_args.split()]
             log = folder / "worker.log"
-            row.code, usage, _ = run_measured(command, worker_env(base_url, tokens), log)
+            row.code, usage, _, peak = run_measured(command, worker_env(base_url, tokens), log)
             if postgres:
                 row.xacts = (await transactions() - before) / jobs
             if redis is not None:
@@ -343,7 +394,7 @@ async def measure_worker(label: str, accounts: int, jobs: int, args: argparse.Na
                 row.redis_calls = (sum(calls.values()) - calls.get("cmdstat_info", 0)) / jobs
                 scripts = sum(v for k, v in calls.items() if "eval" in k or "fcall" in k)
                 row.scripts = scripts / jobs
-            _rusage(row, usage)
+            _rusage(row, usage, peak)
             read_log(row, log)
             await judge(row, base_url, next(iter(tokens.values())), args.speed)
             row.done = await count_done(spec)
@@ -374,19 +425,19 @@ async def measure_bulk(
             if accounts == 1:
                 env["SHIPPING_ACCESS_TOKEN"] = next(iter(tokens.values()))
             log = folder / "worker.log"
-            row.code, usage, _ = run_measured(command, env, log)
-            _rusage(row, usage)
+            row.code, usage, _, peak = run_measured(command, env, log)
+            _rusage(row, usage, peak)
             read_log(row, log)
             await judge(row, base_url, next(iter(tokens.values())), args.speed)
             row.done = await count_done(str(journal))
     return row
 
 
-def _rusage(row: Row, usage: Any) -> None:
+def _rusage(row: Row, usage: Any, peak_kib: int) -> None:
     row.cpu_ms = (usage.ru_utime + usage.ru_stime) * 1000 / row.jobs
     row.notes.append(f"CPU user {usage.ru_utime:.2f} s + system {usage.ru_stime:.2f} s")
-    # ru_maxrss is in KiB on Linux.
-    row.rss_mib = usage.ru_maxrss / 1024
+    # KiB on Linux. ru_maxrss only where /proc could not be read (see PeakWatch).
+    row.rss_mib = (peak_kib or usage.ru_maxrss) / 1024
 
 
 async def _drop_schema(schema: str) -> None:

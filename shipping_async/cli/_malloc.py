@@ -2,12 +2,12 @@
 
 glibc gives each thread that allocates an arena of its own (up to eight per core), and
 memory freed in one arena serves only that arena. A run's threads (the SQLite journal's
-writer, the resolver's) each grow one. Measured with ``benchmarks/many_accounts.py``, a
-200-account SQLite worker peaked at 169-172 MiB with the default and at 80 MiB in both
-runs with ``MALLOC_ARENA_MAX=2``; with this cap at 80 and at 165 MiB: it helps, and is not
-the whole story. Called once at the start of the command line, before threads start;
-``MALLOC_ARENA_MAX`` in the environment still decides when it is set. Elsewhere than
-glibc (musl, macOS) nothing happens.
+writer, the resolver's) each grow one. The 80-172 MiB a 200-account SQLite worker once
+seemed to peak at were the benchmark's own memory (``ru_maxrss`` after ``vfork``, see
+``benchmarks/many_accounts.py``); measured as its own ``VmHWM`` it peaks at 59 MiB with
+or without this cap. The cap stays as cheap insurance for long runs. Called once at the
+start of the command line, before threads start; ``MALLOC_ARENA_MAX`` in the environment
+still decides when it is set. Elsewhere than glibc (musl, macOS) nothing happens.
 """
 
 from __future__ import annotations
