@@ -1,23 +1,24 @@
 """One account's permits in Redis: the Lua scripts, called with this process's settings.
 
-:class:`PermitStore` is the only code that talks to Redis for the limiter. It converts
-durations between the caller's clock (protocol seconds; a scaled clock makes them
-shorter) and Redis' real microseconds, and remembers what the scripts report: the rate
-every worker shares and the epoch of the Redis data it has seen.
+:class:`PermitStore` is the only code that talks to Redis for the limiter (on a
+:class:`~shipping_async.scaleout._scripts.ScriptConnection`). It converts durations between the
+caller's clock (protocol seconds; a scaled clock makes them shorter) and Redis' real
+microseconds, and remembers what the scripts report: the rate every worker shares and the
+epoch of the Redis data it has seen.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 from uuid import uuid4
 
-import redis.asyncio as aioredis
-
 # The in-process limiter's default margin (a share of the window), so both keep one rule.
 from shipping_async.limiter import DEFAULT_MARGIN_SHARE
 from shipping_async.scaleout import _lua
+from shipping_async.scaleout._scripts import Script, ScriptConnection
 
 __all__ = ["PermitStore", "Release", "Synced"]
 
@@ -26,6 +27,7 @@ _log = logging.getLogger("shipping_async.scaleout.redis_limiter")
 _US = 1_000_000
 # Learned rates and the epoch outlive any batch; one idle day forgets them.
 _STATE_TTL_MS = 86_400_000
+_SYNC, _PAUSE = Script.of(_lua.SYNC), Script.of(_lua.PAUSE)
 
 
 class Release(NamedTuple):
@@ -62,6 +64,7 @@ class PermitStore:
         "_margin",
         "_name",
         "_scripts",
+        "_serial",
         "_speed",
         "keys",
         "limit",
@@ -70,7 +73,7 @@ class PermitStore:
 
     def __init__(
         self,
-        redis: aioredis.Redis,
+        scripts: ScriptConnection,
         *,
         account: str,
         keys: tuple[str, str],
@@ -87,10 +90,10 @@ class PermitStore:
         self._margin = margin  # None: a share of the window
         self._epoch = ""  # the copy of the Redis data this process has used
         self._name = uuid4().hex  # this process's place in the account's line
-        self._scripts = {
-            "sync": redis.register_script(_lua.SYNC),
-            "pause": redis.register_script(_lua.PAUSE),
-        }
+        # Permit ids and fresh epochs: this store's name and a serial number, unique
+        # across processes without a uuid (an urandom call) for each.
+        self._serial = itertools.count()
+        self._scripts = scripts
 
     @property
     def margin(self) -> float:
@@ -114,7 +117,7 @@ class PermitStore:
         requests about to be sent (they count for ``lease``), the others fetched ahead
         for jobs about to order (``lease + ahead``).
         """
-        ids = [uuid4().hex for _ in range(wanted)]
+        ids = [self._new_id() for _ in range(wanted)]
         # The line is kept for a process 5 % of a hold after it was told to come back.
         grace = self._us(0.05 * (self.window + self.margin))
         args: list[str | int] = [
@@ -130,27 +133,27 @@ class PermitStore:
             age = max(0, int(release.age / self._speed * _US))
             args += ["1" if release.sent else "0", age, release.id]
         args += ids
-        granted, wait, paused, count, contended = await self._run("sync", *args)
+        granted, wait, paused, count, contended = await self._run(_SYNC, *args)
         return Synced(ids[:granted], wait, paused, count, contended)
 
     async def pause(self, seconds: float, *, limit: int, window: float) -> float:
         """Grant nothing for ``seconds`` + margin; keep the stricter of the rates. Returns
         the seconds everyone is paused from now."""
-        _, _, paused, _, _ = await self._run("pause", self._us(seconds), limit, self._us(window))
+        _, _, paused, _, _ = await self._run(_PAUSE, self._us(seconds), limit, self._us(window))
         return paused
 
-    async def _run(self, script: str, *extra: str | int) -> tuple[int, float, float, int, bool]:
+    async def _run(self, script: Script, *extra: str | int) -> tuple[int, float, float, int, bool]:
         args: list[str | int] = [
             self.limit,
             self._us(self.window),
             -1 if self._margin is None else self._us(self._margin),
             repr(DEFAULT_MARGIN_SHARE),
             self._epoch,
-            uuid4().hex,
+            self._new_id(),
             _STATE_TTL_MS,
             *extra,
         ]
-        reply: list[Any] = await self._scripts[script](keys=list(self.keys), args=args)
+        reply: list[Any] = await self._scripts.run(script, self.keys, args)
         result, wait_us, limit, window_us, _margin_us, raw_epoch, paused_us, count, busy = reply
         epoch = raw_epoch.decode() if isinstance(raw_epoch, bytes) else str(raw_epoch)
         if self._epoch and epoch != self._epoch:
@@ -164,6 +167,9 @@ class PermitStore:
         self.window = self._seconds(int(window_us))
         paused = self._seconds(int(paused_us))
         return int(result), self._seconds(int(wait_us)), paused, int(count), bool(int(busy))
+
+    def _new_id(self) -> str:
+        return f"{self._name}-{next(self._serial):x}"
 
     def _us(self, seconds: float) -> int:
         """Seconds of the caller's clock as integer microseconds of Redis' real clock."""

@@ -36,8 +36,6 @@ from types import TracebackType
 from typing import Protocol
 
 import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from shipping_async._cleartext import warn_if_cleartext
@@ -47,6 +45,7 @@ from shipping_async.limiter import Permit, check_rate
 from shipping_async.scaleout._local_queue import LocalQueue
 from shipping_async.scaleout._permit_store import PermitStore
 from shipping_async.scaleout._reserve import Reserve
+from shipping_async.scaleout._scripts import ScriptConnection
 
 __all__ = ["LimiterUnavailableError", "OrderGateLike", "RedisOrderLimiter"]
 
@@ -104,10 +103,10 @@ class RedisOrderLimiter:
         "_clock",
         "_held",
         "_lease",
-        "_owned_client",
         "_pump",
         "_queue",
         "_reserve",
+        "_scripts",
         "_store",
     )
 
@@ -136,17 +135,13 @@ class RedisOrderLimiter:
         self._clock: Clock = clock or SystemClock()
         self._account = account
         self._lease = float(lease)
-        self._owned_client: aioredis.Redis | None = None
         if isinstance(redis, str):
             warn_if_cleartext(redis)
-            # No retries inside redis-py: an outage must surface at once, so that the
-            # limiter can say why it holds the orders back (it retries by itself).
-            redis = self._owned_client = aioredis.Redis.from_url(
-                redis, socket_connect_timeout=2.0, socket_timeout=5.0, retry=Retry(NoBackoff(), 0)
-            )
+        # One connection of its own (of a pool made for it from a URL), on first use.
+        self._scripts = ScriptConnection(redis)
         tag = f"{prefix}:{{{account}}}"
         self._store = PermitStore(
-            redis,
+            self._scripts,
             account=account,
             keys=(f"{tag}:permits", f"{tag}:state"),
             limit=limit,
@@ -320,9 +315,7 @@ class RedisOrderLimiter:
                     self._queue.unwritten,
                     exc,
                 )
-        if self._owned_client is not None:
-            client, self._owned_client = self._owned_client, None
-            await client.aclose()
+        await self._scripts.aclose()
 
     async def __aenter__(self) -> RedisOrderLimiter:
         return self

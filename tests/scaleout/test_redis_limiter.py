@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
@@ -19,6 +20,7 @@ from shipping_async.bulk._gate import OrderGate
 from shipping_async.clock import ManualClock, ScaledClock, SystemClock
 from shipping_async.limiter import OrderLimiter, Permit
 from shipping_async.scaleout import redis_limiter
+from shipping_async.scaleout._scripts import Script
 from shipping_async.scaleout.redis_limiter import LimiterUnavailableError, RedisOrderLimiter
 
 from .conftest import REDIS_URL, PrivateRedis, free_port
@@ -199,13 +201,17 @@ def count_calls(limiter: RedisOrderLimiter) -> list[int]:
     """A one-item list counting the script calls ``limiter`` makes from now on."""
     calls = [0]
     store = limiter._store
-    for name, script in list(store._scripts.items()):
+    runner = store._scripts
 
-        async def counting(*args: object, _script: object = script, **kwargs: object) -> object:
+    class Counting:
+        async def run(self, script: Script, keys: Sequence[str], args: Sequence[str | int]) -> Any:
             calls[0] += 1
-            return await _script(*args, **kwargs)  # type: ignore[operator]
+            return await runner.run(script, keys, args)
 
-        store._scripts[name] = counting  # type: ignore[assignment]
+        async def aclose(self) -> None:
+            await runner.aclose()
+
+    store._scripts = Counting()  # type: ignore[assignment]
     return calls
 
 
