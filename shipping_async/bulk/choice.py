@@ -23,19 +23,41 @@ def cheapest(currency: str | None = None) -> EstimateChooser:
     """
 
     def choose(quote: Quote) -> Estimate:
-        valid = [estimate for estimate in quote.valid_estimates() if estimate.currency]
+        # Every job chooses once: each estimate's currency is worked out once here
+        # (Estimate.currency builds a set of its line items' currencies at each call).
+        valid: list[tuple[Estimate, str]] = []
+        for estimate in quote.estimates:
+            if not estimate.quote_expired:
+                priced_in = _single_currency(estimate)
+                if priced_in:
+                    valid.append((estimate, priced_in))
         if not valid:
             raise ValueError(f"quote {quote.id} has no valid estimate in a single currency")
         wanted = currency
         if wanted is None:
-            tally = Counter(estimate.currency for estimate in valid)
-            wanted = min(tally, key=lambda code: (-tally[code], code or ""))
-        priced = [estimate for estimate in valid if estimate.currency == wanted]
+            tally = Counter(priced_in for _, priced_in in valid)
+            wanted = min(tally, key=lambda code: (-tally[code], code))
+        priced = [estimate for estimate, priced_in in valid if priced_in == wanted]
         if not priced:
             raise ValueError(f"quote {quote.id} has no valid estimate in {wanted}")
+        if len(priced) == 1:
+            return priced[0]
         return min(priced, key=lambda estimate: estimate.total(wanted))
 
     return choose
+
+
+def _single_currency(estimate: Estimate) -> str | None:
+    """:attr:`Estimate.currency` without the set: the one currency of every line item, or
+    ``None`` when there is none or several."""
+    items = estimate.line_items
+    if not items:
+        return None
+    first = items[0].currency_id
+    for item in items:
+        if item.currency_id != first:
+            return None
+    return first
 
 
 def by_service(
