@@ -91,6 +91,15 @@ class Places:
                     self._waiters.remove(entry)
             raise
 
+    def take_now(self, most: int) -> int:
+        """Take up to ``most`` free places without waiting (none while others wait);
+        how many were taken."""
+        if self._waiters or most <= 0:
+            return 0
+        taken = min(most, self._free)
+        self._free -= taken
+        return taken
+
     def give(self) -> None:
         """Give a place back: to the first waiter, else to the free ones."""
         waiters = self._waiters

@@ -360,7 +360,7 @@ class Runner:
         assert self._tasks is not None
         for record in claimed:
             lane = self._lanes[record.account]
-            await lane.places.acquire()  # free: the share was within the lane's room
+            await lane.places.take()  # free: the share was within the lane's room
             lane.active.add(record.key)
             self.claims.hold(record, asked_at=asked_at)
             self.progress.observe(record, lane.client.clock.monotonic())
@@ -427,7 +427,7 @@ class _Lane:
         self.runner = runner
         self.name = name
         self.client = runner.client_for(name)
-        self.places = asyncio.Semaphore(runner.concurrency)
+        self.places = Places(runner.concurrency)
         self.wake = asyncio.Event()
         self.active: set[str] = set()
         self.wanted: deque[str] = before.wanted if before is not None else deque()
@@ -466,18 +466,19 @@ class _Lane:
         async with asyncio.TaskGroup() as jobs:
             while not runner.stopping:
                 self.wake.clear()
-                free = await self._free_places()
-                asked_at = self.client.clock.monotonic()
-                claimed = await self._claim(free)
-                for _ in range(free - len(claimed)):
-                    self.places.release()
-                for record in claimed:
-                    self.active.add(record.key)
-                    runner.claims.hold(record, asked_at=asked_at)
-                    runner.progress.observe(record, self.client.clock.monotonic())
-                    jobs.create_task(self._work(record))
-                if claimed and len(claimed) == free:
-                    continue  # there may be more at once
+                if self.wanted:
+                    free = await self._free_places(len(self.wanted))
+                    asked_at = self.client.clock.monotonic()
+                    claimed = await self._claim(free)
+                    for _ in range(free - len(claimed)):
+                        self.places.give()
+                    for record in claimed:
+                        self.active.add(record.key)
+                        runner.claims.hold(record, asked_at=asked_at)
+                        runner.progress.observe(record, self.client.clock.monotonic())
+                        jobs.create_task(self._work(record))
+                    if self.wanted and not self.places.locked():
+                        continue  # more handed over, and room for it
                 if self._finished():
                     break
                 await self.wake.wait()  # a job handed over or settled, the feed's end, stop
@@ -497,14 +498,10 @@ class _Lane:
                 runner.journal, self.client.order_limiter, self.client.clock, account=account
             )
 
-    async def _free_places(self) -> int:
-        """Wait for one free place, then take every other free one."""
-        await self.places.acquire()
-        free = 1
-        while not self.places.locked():
-            await self.places.acquire()
-            free += 1
-        return free
+    async def _free_places(self, wanted: int) -> int:
+        """Wait for one free place, then take the free ones up to ``wanted`` in all."""
+        await self.places.take()
+        return 1 + self.places.take_now(wanted - 1)
 
     async def _claim(self, free: int) -> list[JobRecord]:
         runner = self.runner
@@ -559,7 +556,7 @@ class _Lane:
             result = ShipmentResult.from_record(final)
         finally:
             self.active.discard(key)
-            self.places.release()
+            self.places.give()
             self.wake.set()
         await runner._settled(key, result, why)
 

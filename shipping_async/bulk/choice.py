@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 
 from shipping_async.models import Estimate, Quote
@@ -35,8 +34,10 @@ def cheapest(currency: str | None = None) -> EstimateChooser:
             raise ValueError(f"quote {quote.id} has no valid estimate in a single currency")
         wanted = currency
         if wanted is None:
-            tally = Counter(priced_in for _, priced_in in valid)
-            wanted = min(tally, key=lambda code: (-tally[code], code))
+            tally: dict[str, int] = {}
+            for _, priced_in in valid:
+                tally[priced_in] = tally.get(priced_in, 0) + 1
+            wanted = next(iter(tally)) if len(tally) == 1 else _most_common(tally)
         priced = [estimate for estimate, priced_in in valid if priced_in == wanted]
         if not priced:
             raise ValueError(f"quote {quote.id} has no valid estimate in {wanted}")
@@ -45,6 +46,11 @@ def cheapest(currency: str | None = None) -> EstimateChooser:
         return min(priced, key=lambda estimate: estimate.total(wanted))
 
     return choose
+
+
+def _most_common(tally: dict[str, int]) -> str:
+    """The currency most estimates are priced in; a tie goes to the alphabetically first."""
+    return min(tally, key=lambda code: (-tally[code], code))
 
 
 def _single_currency(estimate: Estimate) -> str | None:

@@ -29,7 +29,6 @@ stale task requests nothing.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from collections.abc import Callable
 from decimal import Decimal
@@ -180,6 +179,9 @@ class JobPipeline:
         self._max_requotes = max_requotes
         self._clock = client.clock
         self._observe: Callable[[JobRecord], None] = observe or (lambda record: None)
+        #: Whether the journal commits an intent with nothing run after it (SQLite):
+        #: asked once, not at each order (through SteadyJournal's __getattr__).
+        self._immediate = bool(getattr(journal, "immediate_intents", False))
 
     async def ship(self, record: JobRecord) -> JobRecord:
         """Take a claimed job from its current state to a finished one.
@@ -544,24 +546,22 @@ class _Intent:
     @property
     def immediate(self) -> bool:
         """Whether the journal commits the intent with nothing run after it (SQLite)."""
-        return bool(getattr(self._job.pipeline._journal, "immediate_intents", False))
+        return self._job.pipeline._immediate
 
     async def granted(self) -> None:
         pipeline, job = self._job.pipeline, self._job
-        begin = functools.partial(
-            pipeline._journal.begin_order,
-            job.token,
-            job.key,
-            quote_id=self._quote_id,
-            estimate_id=self._estimate_id,
-        )
+        journal = pipeline._journal
         try:
-            record = await begin()
+            record = await journal.begin_order(
+                job.token, job.key, quote_id=self._quote_id, estimate_id=self._estimate_id
+            )
         except LeaseLostError:
             # The lease may only have lapsed (a slow journal): take it back if nobody
             # claimed the job since, else this raises and nothing is sent.
             await job.hold()
-            record = await begin()
+            record = await journal.begin_order(
+                job.token, job.key, quote_id=self._quote_id, estimate_id=self._estimate_id
+            )
         self._recorded = True
         # The request is written right after this returns: the observers hear it later.
         asyncio.get_running_loop().call_soon(pipeline._observe, record)

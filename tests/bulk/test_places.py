@@ -89,3 +89,15 @@ async def test_a_stop_signal_calls_each_listener_once_and_a_late_one_at_once() -
     assert heard == ["early", "late"]
     assert stop.is_set()
     await asyncio.wait_for(stop.wait(), timeout=1)  # still an asyncio.Event
+
+
+async def test_take_now_takes_only_free_places_and_none_ahead_of_a_waiter() -> None:
+    places = Places(3)
+    assert places.take_now(2) == 2
+    assert places.take_now(5) == 1
+    assert places.take_now(1) == 0
+    waiter = asyncio.create_task(places.take())
+    await asyncio.sleep(0)
+    places.give()  # to the waiter, not to a take_now
+    assert places.take_now(1) == 0
+    assert await waiter is True
