@@ -70,12 +70,18 @@ class _Rates:
 
 
 class PlainDisplay:
-    """One line per finished shipment, and a counts line now and then."""
+    """One line per finished shipment, and a counts line now and then.
+
+    A shipment's line is flushed with the next tick (four times a second), not at once:
+    one write for the lines of many jobs, not a system call per job. Other messages are
+    flushed as they are written.
+    """
 
     def __init__(self, rates: _Rates, stream: TextIO) -> None:
         self._rates = rates
         self._stream = stream
         self._last = 0.0
+        self._unflushed = False
 
     def start(self, total: int) -> None:
         self._rates.total = total
@@ -95,9 +101,15 @@ class PlainDisplay:
             parts.append("(earlier run)")
         if result.status is not ResultStatus.DONE and result.error:
             parts.append(f"retryable={'yes' if result.retryable else 'no'} error={result.error}")
-        self.message(" ".join(parts))
+        # Keys, error texts, waybills come from cells and answers: a whole line is escaped,
+        # so none of them can move the cursor, clear the screen or forge a line.
+        self._stream.write(printable(" ".join(parts)) + "\n")
+        self._unflushed = True
 
     def tick(self) -> None:
+        if self._unflushed:
+            self._unflushed = False
+            self._stream.flush()
         now = time.monotonic()
         if now - self._last >= 5.0:
             self._last = now
@@ -108,12 +120,13 @@ class PlainDisplay:
             )
 
     def message(self, text: str) -> None:
-        # Keys, error texts, waybills come from cells and answers: a whole line is escaped,
-        # so none of them can move the cursor, clear the screen or forge a line.
+        # Escaped as a whole, like a shipment's line.
+        self._unflushed = False
         print(printable(text), file=self._stream, flush=True)
 
     def stop(self) -> None:
-        return None
+        self._unflushed = False
+        self._stream.flush()
 
 
 class RichDisplay:

@@ -1,12 +1,15 @@
-"""The bulk progress bar: the bar, rate and ETA on one line, the stage counts on the next."""
+"""The bulk progress: the bar (rate and ETA on one line, stage counts on the next); plain lines."""
 
 from __future__ import annotations
+
+import io
 
 from rich.console import Console
 
 from shipping_async.bulk.journal import JobState
+from shipping_async.bulk.results import ResultStatus, ShipmentResult, Stage
 from shipping_async.bulk.shipper import RunProgress
-from shipping_async.cli._bulk_progress import RichDisplay, _Rates
+from shipping_async.cli._bulk_progress import PlainDisplay, RichDisplay, _Rates
 
 
 def test_the_bar_keeps_the_eta_on_an_80_column_terminal_with_counts_below() -> None:
@@ -31,3 +34,39 @@ def test_the_bar_keeps_the_eta_on_an_80_column_terminal_with_counts_below() -> N
     assert counts.startswith("quoting 40 · ordering 0")
     assert "done 20" in counts
     assert counts.endswith("resumed 0")
+
+
+class _Recording(io.StringIO):
+    """A stream that keeps what had reached it at each flush."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flushed: list[str] = []
+
+    def flush(self) -> None:
+        self.flushed.append(self.getvalue())
+
+
+def test_plain_lines_are_escaped_and_flushed_at_the_next_tick_not_one_by_one() -> None:
+    stream = _Recording()
+    display = PlainDisplay(_Rates(RunProgress(), limit=20, window_real=60.0), stream)
+    display.start(2)
+    started = len(stream.flushed)
+    display.result(ShipmentResult(key="A-1", status=ResultStatus.DONE, stage=Stage.PICKUP))
+    display.result(
+        ShipmentResult(
+            key="A-2\x1b[2J",
+            status=ResultStatus.FAILED,
+            stage=Stage.QUOTE,
+            error="bad\nline",
+        )
+    )
+    assert len(stream.flushed) == started  # written, not yet flushed
+    display.tick()
+    assert len(stream.flushed) == started + 2  # the lines, then the first counts line
+    lines = stream.flushed[started].splitlines()
+    assert lines[-2] == "done A-1 stage=pickup"
+    assert lines[-1] == "failed A-2\\x1b[2J stage=quote retryable=no error=bad\\nline"
+    display.result(ShipmentResult(key="A-3", status=ResultStatus.DONE, stage=Stage.PICKUP))
+    display.stop()
+    assert stream.flushed[-1].endswith("done A-3 stage=pickup\n")
