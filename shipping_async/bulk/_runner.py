@@ -29,6 +29,7 @@ heartbeat renews every lease of the runner in one journal call (see
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import socket
@@ -170,16 +171,13 @@ class Runner:
 
     # -- job sources -----------------------------------------------------------------------
 
-    async def drain(self) -> AsyncIterator[ShipmentResult]:
+    def drain(self) -> AsyncIterator[ShipmentResult]:
         """Work until no account of the journal has unfinished jobs; yields each result."""
-        async for result in self._run(self._supervise()):
-            yield result
+        return self._run(self._supervise)
 
-    async def run(self, feed: Feed) -> AsyncIterator[ShipmentResult]:
+    def run(self, feed: Feed) -> AsyncIterator[ShipmentResult]:
         """Work on the jobs ``feed`` hands over (:meth:`want`); yields each result."""
-        self._fed_run = self._feeding = True
-        async for result in self._run(self._fed_by(feed)):
-            yield result
+        return self._run(functools.partial(self._fed_by, feed), fed=True)
 
     async def enter(self) -> bool:
         """For a feed: wait for room for one more job (``concurrency`` unsettled at most);
@@ -215,13 +213,19 @@ class Runner:
 
     # -- internals -------------------------------------------------------------------------
 
-    async def _run(self, source: Awaitable[None]) -> AsyncIterator[ShipmentResult]:
+    async def _run(
+        self, source: Callable[[], Awaitable[None]], *, fed: bool = False
+    ) -> AsyncIterator[ShipmentResult]:
+        """The run's results as they come (one async generator between the results and
+        whoever reads them: each result passes every layer)."""
+        if fed:
+            self._fed_run = self._feeding = True
         async with asyncio.TaskGroup() as tasks:
             self._tasks = tasks
             heartbeat = tasks.create_task(self._watched("lease renewal", self.claims.heartbeat()))
             # Not watched: an outage longer than allowed ends the run with its error.
             store = tasks.create_task(self.journal.watch())
-            main = tasks.create_task(self._until_done(source))
+            main = tasks.create_task(self._until_done(source()))
             while (result := await self._results.get()) is not None:
                 yield result
             await main

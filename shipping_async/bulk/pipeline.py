@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from decimal import Decimal
 from typing import Protocol, Unpack
 
 import msgspec
@@ -68,7 +67,6 @@ from shipping_async.errors import (
 )
 from shipping_async.limiter import OrderLimiter
 from shipping_async.models import (
-    Estimate,
     Order,
     OrderRequest,
     PickupAvailability,
@@ -290,14 +288,15 @@ class JobPipeline:
             estimate = self._choose(quote)
         except (ShippingError, ValueError) as exc:
             return await job.fail(Stage.QUOTE, exc)
+        currency = estimate.currency  # a set of the line items' currencies: asked once
         return await job.record(
             JobState.QUOTED,
             quote_id=quote.id,
             estimate_id=estimate.estimate_id,
             carrier=estimate.shipping_company,
             service=estimate.shipping_service,
-            cost=_total(estimate),
-            currency=estimate.currency,
+            cost=estimate.total(currency) if currency else None,
+            currency=currency,
             hub=quote.hub_transit or request.hub_transit,
         )
 
@@ -586,7 +585,3 @@ def _describe(error: BaseException) -> str:
 
 def _direct(request: QuoteRequest) -> QuoteRequest:
     return msgspec.structs.replace(request, hub_transit=False)
-
-
-def _total(estimate: Estimate) -> Decimal | None:
-    return estimate.total(estimate.currency) if estimate.currency else None

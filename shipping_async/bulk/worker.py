@@ -90,10 +90,9 @@ class Worker:
         """Jobs this worker let go unfinished (stopped, claimed elsewhere), by key: why."""
         return self.runner.unfinished
 
-    async def run(self) -> AsyncIterator[ShipmentResult]:
+    def run(self) -> AsyncIterator[ShipmentResult]:
         """Work until no account has unfinished jobs; yields each job this worker finished."""
-        async for result in self.runner.drain():
-            yield result
+        return self.runner.drain()
 
     async def accounts_with_work(self) -> list[str]:
         """Accounts whose jobs are not all finished, in the journal."""
