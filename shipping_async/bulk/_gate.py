@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
+from shipping_async.bulk._places import Signal
 from shipping_async.clock import Clock
 from shipping_async.limiter import OrderLimiter
 
@@ -34,7 +36,6 @@ class OrderGate:
 
     __slots__ = (
         "_available",
-        "_changed",
         "_clock",
         "_limiter",
         "_lock",
@@ -42,7 +43,10 @@ class OrderGate:
         "_reserved",
         "_stop",
         "_store_up",
+        "_timer",
+        "_timer_at",
         "_waiting",
+        "_waker",
         "on_change",
     )
 
@@ -58,9 +62,13 @@ class OrderGate:
         self._stop = stop
         self._store_up = store_up
         self._lock = asyncio.Lock()  # FIFO: waiters are admitted in arrival order
-        self._changed = asyncio.Event()
         self._reserved = 0  # admitted, permit not yet taken
         self._waiting = 0  # in admit(), not yet admitted
+        # The job at the head of the queue waits on one future, woken by poke(), the
+        # stop, the store's return or its timer (kept across its waits: see _wait).
+        self._waker: asyncio.Future[None] | None = None
+        self._timer: asyncio.Task[None] | None = None
+        self._timer_at = 0.0
         #: Called when jobs may want fewer permits (one sends, gives its turn back, leaves).
         self.on_change: Callable[[], None] = lambda: None
         available = getattr(limiter, "available", None)
@@ -96,16 +104,21 @@ class OrderGate:
         self._waiting += 1
         try:
             async with self._lock:
-                while True:
-                    if self._stop.is_set():
-                        raise GateClosedError
-                    if self._store_up is not None and not self._store_up.is_set():
+                try:
+                    while True:
+                        if self._stop.is_set():
+                            raise GateClosedError
+                        if self._store_up is not None and not self._store_up.is_set():
+                            await self._wait()
+                            continue
+                        if self._available is None or self._available() > self._reserved:
+                            self._reserved += 1
+                            return
                         await self._wait()
-                        continue
-                    if self._available is None or self._available() > self._reserved:
-                        self._reserved += 1
-                        return
-                    await self._wait()
+                finally:
+                    if self._timer is not None:  # the next head of the queue sets its own
+                        self._timer.cancel()
+                        self._timer = None
         except BaseException:
             self.on_change()  # one job fewer wants a permit
             raise
@@ -119,33 +132,63 @@ class OrderGate:
         self.poke()
 
     def poke(self) -> None:
-        """Something changed (a permit was released): waiting jobs look again."""
-        self._changed.set()
+        """Something changed (a permit was released): the job waiting looks again."""
+        waker = self._waker
+        if waker is not None and not waker.done():
+            waker.set_result(None)
+
+    def _woken(self, _: object = None) -> None:
+        self.poke()
 
     async def _wait(self) -> None:
-        self._changed.clear()
-        at = self._next_free_at() if self._next_free_at is not None else None
-        window = self._limiter.window
-        # Permits held by requests still in flight free on their release (a poke); the
-        # timeout covers a release that happened outside this pipeline.
-        delay = window / 50 if at is None else max(at - self._clock.monotonic(), window / 1000)
-        # Look again within a tenth of a window whatever the limiter last said: asking it
-        # (above) is what makes a shared limiter fetch the permits its jobs want, and the
-        # journal's store may have gone and come back meanwhile (while it is away its jobs
-        # want none, and that limiter may have stopped asking Redis for good).
-        delay = min(delay, window / 10)
-        waits = [
-            asyncio.ensure_future(self._changed.wait()),
-            asyncio.ensure_future(self._stop.wait()),
-            asyncio.ensure_future(self._clock.sleep(delay)),
-        ]
-        if self._store_up is not None and not self._store_up.is_set():
-            waits.append(asyncio.ensure_future(self._store_up.wait()))
+        """Wait until poked, stopped, the store is back (while it is away), or the delay
+        below is over; whoever comes first."""
+        loop = asyncio.get_running_loop()
+        # Listening before the limiter is asked: asking may make it poke at once.
+        waker = self._waker = loop.create_future()
+        events: list[asyncio.Event] = []
+        watchers: list[asyncio.Task[Any]] = []
+        timer: asyncio.Task[None] | None = None
         try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            at = self._next_free_at() if self._next_free_at is not None else None
+            window = self._limiter.window
+            now = self._clock.monotonic()
+            # Permits held by requests still in flight free on their release (a poke);
+            # the timeout covers a release that happened outside this pipeline.
+            delay = window / 50 if at is None else max(at - now, window / 1000)
+            # Look again within a tenth of a window whatever the limiter last said: asking
+            # it (above) is what makes a shared limiter fetch the permits its jobs want,
+            # and the journal's store may have gone and come back meanwhile (while it is
+            # away its jobs want none, and that limiter may have stopped asking Redis).
+            delay = min(delay, window / 10)
+            # One timer for the waits of one job: a poke wakes it again and again before
+            # its delay is over; the timer is kept while it is due no later than this
+            # wait's (an early wake-up only makes the job look again), and cancelled
+            # when the job leaves the gate (admit).
+            timer = self._timer
+            if timer is None or timer.done() or self._timer_at > now + delay:
+                if timer is not None:
+                    timer.cancel()
+                timer = self._timer = loop.create_task(self._clock.sleep(delay))
+                self._timer_at = now + delay
+            timer.add_done_callback(self._woken)
+            events.append(self._stop)
+            if self._store_up is not None and not self._store_up.is_set():
+                events.append(self._store_up)
+            for event in events:
+                if isinstance(event, Signal):
+                    event.listen(self.poke)
+                else:  # a plain Event (a gate built by hand): a task watches it
+                    watcher = loop.create_task(event.wait())
+                    watcher.add_done_callback(self._woken)
+                    watchers.append(watcher)
+            await waker
         finally:
-            for task in waits:
-                task.cancel()
-            # Not suppress(CancelledError) around each: that would also swallow a cancel
-            # of this task arriving meanwhile, and the task would wait on, never ending.
-            await asyncio.gather(*waits, return_exceptions=True)
+            self._waker = None
+            if timer is not None:
+                timer.remove_done_callback(self._woken)
+            for event in events:
+                if isinstance(event, Signal):
+                    event.unlisten(self.poke)
+            for watcher in watchers:
+                watcher.cancel()

@@ -38,6 +38,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar, Unpack
 
+from shipping_async.bulk._places import Signal
 from shipping_async.bulk.jobs import ShipmentJob
 from shipping_async.bulk.journal import (
     JobFields,
@@ -125,8 +126,9 @@ class SteadyJournal:
             raise ValueError(f"max_outage: must be > 0 seconds, got {max_outage}")
         self.store = store
         self.max_outage = max_outage
-        #: Set while the store answers; cleared for the length of an outage.
-        self.up = asyncio.Event()
+        #: Set while the store answers; cleared for the length of an outage (a
+        #: :class:`~shipping_async.bulk._places.Signal`: the order gate listens to it).
+        self.up = Signal()
         self.up.set()
         self._since: float | None = None  # time.monotonic() the outage started
         self._ended: float | None = None  # time.monotonic() the last outage (said) ended

@@ -1,11 +1,12 @@
-"""Waiting for room or for the stop, without a task per wait: the runner's stop signal and places.
+"""Waiting for room, the stop or a store, without a task per wait: signals and places.
 
 A job that waits for a place ("until the run stops") used to race two tasks, one on the
 semaphore and one on the stop event, and cancel the loser: two tasks, a cancellation and
-a gather per job. Here a waiter is one future. :class:`StopSignal` is an
-:class:`asyncio.Event` that also calls its listeners when set, so whatever waits for it
-among other things adds a callback instead of a task; :class:`Places` is a FIFO counting
-semaphore whose waiters can leave (``False``) when that signal is set.
+a gather per job. Here a waiter is one future. :class:`Signal` is an
+:class:`asyncio.Event` that also calls its listeners when it is next set, so whatever
+waits for it among other things (the runner's stop, the journal store's return) adds a
+callback instead of a task; :class:`Places` is a FIFO counting semaphore whose waiters
+can leave (``False``) when the stop signal is set.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ import contextlib
 from collections import deque
 from collections.abc import Callable
 
-__all__ = ["Places", "StopSignal"]
+__all__ = ["Places", "Signal"]
 
 
-class StopSignal(asyncio.Event):
-    """An :class:`asyncio.Event` that calls its listeners (once each) when it is set."""
+class Signal(asyncio.Event):
+    """An :class:`asyncio.Event` that calls its listeners (once each) when it is next set."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -54,7 +55,7 @@ class Places:
 
     __slots__ = ("_free", "_stop", "_waiters")
 
-    def __init__(self, count: int, stop: StopSignal | None = None) -> None:
+    def __init__(self, count: int, stop: Signal | None = None) -> None:
         if count < 0:
             raise ValueError(f"count: must be >= 0, got {count}")
         self._free = count

@@ -41,7 +41,7 @@ from typing import Protocol, runtime_checkable
 from shipping_async.bulk._gate import OrderGate
 from shipping_async.bulk._leases import Claims, settle_crash
 from shipping_async.bulk._outage import steady
-from shipping_async.bulk._places import Places, StopSignal
+from shipping_async.bulk._places import Places, Signal
 from shipping_async.bulk._recent_orders import hold_recent_orders
 from shipping_async.bulk.choice import EstimateChooser, cheapest
 from shipping_async.bulk.journal import (
@@ -131,7 +131,7 @@ class Runner:
         self.quote_ahead = quote_ahead
         self.one_lane = one_lane
         #: Set by :meth:`stop`; what waits for it among other things listens to it.
-        self.stop_event = StopSignal()
+        self.stop_event = Signal()
         #: The places of jobs doing requests, shared by every lane (``None``: no bound).
         self.work_places = Places(max_in_flight, self.stop_event) if max_in_flight else None
         self.progress = RunProgress()

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
-from shipping_async.bulk._places import Places, StopSignal
+from shipping_async.bulk._places import Places, Signal
 
 
 async def test_a_free_place_is_taken_at_once_even_once_stopped() -> None:
-    stop = StopSignal()
+    stop = Signal()
     places = Places(1, stop)
     stop.set()
     assert await places.take(unless_stopped=True)
@@ -37,7 +37,7 @@ async def test_a_place_given_back_goes_to_the_first_waiter_not_a_late_comer() ->
 
 
 async def test_the_stop_sends_away_the_waiters_that_leave_on_it_and_only_them() -> None:
-    stop = StopSignal()
+    stop = Signal()
     places = Places(0, stop)
     leaving = asyncio.create_task(places.take(unless_stopped=True))
     staying = asyncio.create_task(places.take())
@@ -76,7 +76,7 @@ async def test_a_cancelled_waiter_leaves_the_queue() -> None:
 
 
 async def test_a_stop_signal_calls_each_listener_once_and_a_late_one_at_once() -> None:
-    stop = StopSignal()
+    stop = Signal()
     heard: list[str] = []
     stop.listen(lambda: heard.append("early"))
     forgotten = lambda: heard.append("forgotten")  # noqa: E731

@@ -1,0 +1,134 @@
+"""The order gate on a controlled clock: who wakes the job at the head of the queue."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from shipping_async.bulk._gate import GateClosedError, OrderGate
+from shipping_async.bulk._places import Signal
+from shipping_async.clock import ManualClock
+from shipping_async.limiter import RollingWindowLimiter
+
+
+def full_limiter(clock: ManualClock) -> RollingWindowLimiter:
+    return RollingWindowLimiter(1, 60.0, clock=clock)
+
+
+async def settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+def pending_sleeps(clock: ManualClock) -> int:
+    """Sleeps on ``clock`` nobody has given up: a stray timer would move an
+    auto-advancing clock on its own."""
+    return sum(1 for _, _, future in clock._sleepers if not future.done())
+
+
+@pytest.mark.parametrize("kind", [Signal, asyncio.Event], ids=["signal", "plain-event"])
+async def test_a_job_waiting_at_the_gate_leaves_at_once_on_the_stop(
+    kind: type[asyncio.Event],
+) -> None:
+    clock = ManualClock()
+    limiter = full_limiter(clock)
+    permit = await limiter.acquire()  # the one permit is on the wire
+    stop = kind()
+    gate = OrderGate(limiter, clock, stop)
+    waiting = asyncio.create_task(gate.admit())
+    await settle()
+    assert not waiting.done()
+    stop.set()
+    with pytest.raises(GateClosedError):
+        await asyncio.wait_for(waiting, 1)
+    await limiter.release(permit, sent=False)
+
+
+async def test_a_released_permit_lets_the_waiting_job_through_when_poked() -> None:
+    clock = ManualClock()
+    limiter = full_limiter(clock)
+    permit = await limiter.acquire()
+    gate = OrderGate(limiter, clock, Signal())
+    waiting = asyncio.create_task(gate.admit())
+    await settle()
+    assert not waiting.done()
+    await limiter.release(permit, sent=False)  # never sent: free again at once
+    gate.poke()
+    await asyncio.wait_for(waiting, 1)
+    assert gate.reserved == 1
+
+
+async def test_without_a_poke_the_waiting_job_looks_again_after_its_delay() -> None:
+    clock = ManualClock()
+    limiter = full_limiter(clock)
+    permit = await limiter.acquire()
+    gate = OrderGate(limiter, clock, Signal())
+    waiting = asyncio.create_task(gate.admit())
+    await settle()
+    await limiter.release(permit, sent=False)  # released outside this gate: no poke
+    await settle()
+    assert not waiting.done()
+    clock.advance(60.0 / 50)  # a fiftieth of the window while no permit's end is known
+    await asyncio.wait_for(waiting, 1)
+    await settle()
+    assert pending_sleeps(clock) == 0
+
+
+async def test_pokes_before_the_delay_reuse_one_timer_and_none_outlives_the_wait() -> None:
+    clock = ManualClock()
+    limiter = full_limiter(clock)
+    permit = await limiter.acquire()
+    gate = OrderGate(limiter, clock, Signal())
+    waiting = asyncio.create_task(gate.admit())
+    await settle()
+    for _ in range(5):  # woken for nothing: it looks, and waits on the same timer
+        gate.poke()
+        await settle()
+    assert pending_sleeps(clock) == 1
+    await limiter.release(permit, sent=False)
+    gate.poke()
+    await asyncio.wait_for(waiting, 1)
+    await settle()
+    assert pending_sleeps(clock) == 0
+
+
+async def test_while_the_store_is_away_nobody_passes_and_its_return_wakes_the_gate() -> None:
+    clock = ManualClock()
+    limiter = RollingWindowLimiter(5, 60.0, clock=clock)
+    up = Signal()
+    gate = OrderGate(limiter, clock, Signal(), up)
+    waiting = asyncio.create_task(gate.admit())
+    await settle()
+    assert not waiting.done()  # permits are free, but no intent could be written
+    up.set()
+    await asyncio.wait_for(waiting, 1)
+
+
+class _ReadyWhenAsked:
+    """A limiter that has a permit ready as soon as it is asked when the next one is free,
+    and pokes the gate at once (a shared limiter whose fetch answered within the tick)."""
+
+    window = 60.0
+
+    def __init__(self) -> None:
+        self.ready = 0
+        self.gate: OrderGate | None = None
+
+    def available(self) -> int:
+        return self.ready
+
+    def next_free_at(self) -> float | None:
+        self.ready = 1
+        assert self.gate is not None
+        self.gate.poke()
+        return None
+
+
+async def test_a_poke_made_while_the_gate_asks_the_limiter_is_not_lost() -> None:
+    clock = ManualClock()  # never advances: only the poke can let the job through
+    limiter = _ReadyWhenAsked()
+    gate = OrderGate(limiter, clock, Signal())  # type: ignore[arg-type]
+    limiter.gate = gate
+    await asyncio.wait_for(gate.admit(), 1)
+    assert gate.reserved == 1
