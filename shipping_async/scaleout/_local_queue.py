@@ -68,7 +68,6 @@ class LocalQueue:
         "_flush",
         "_free_at",
         "_held",
-        "_kick",
         "_lazy",
         "_lease",
         "_max_outage",
@@ -81,6 +80,7 @@ class LocalQueue:
         "_speed",
         "_store",
         "_waiters",
+        "_waker",
         "on_ready",
         "paused_until",
     )
@@ -120,7 +120,7 @@ class LocalQueue:
         self._retry = _RETRY_FIRST
         self._napping_until = math.inf
         self._free_at: float | None = None  # clock.monotonic() of the next free permit
-        self._kick = asyncio.Event()
+        self._waker: asyncio.Future[None] | None = None  # ends the nap in progress
         self._outage_since: float | None = None
         #: Until when (clock.monotonic()) everyone is paused, as last told by Redis.
         self.paused_until = -math.inf
@@ -144,7 +144,7 @@ class LocalQueue:
             self._waiters.appendleft(waiter)
         else:
             self._waiters.append(waiter)
-        self._kick.set()
+        self.kick()
         return waiter
 
     def leave(self, waiter: asyncio.Future[Permit]) -> Permit | None:
@@ -159,7 +159,9 @@ class LocalQueue:
 
     def kick(self) -> None:
         """Cut :meth:`run`'s nap short: something to do may be due now."""
-        self._kick.set()
+        waker = self._waker
+        if waker is not None and not waker.done():
+            waker.set_result(None)
 
     def release(self, permit_id: str, *, sent: bool) -> None:
         """Queue a release for the next call: at once if unsent, within ``flush`` if sent."""
@@ -169,7 +171,7 @@ class LocalQueue:
         if due < self._due:
             self._due = due
             if due < self._napping_until:
-                self._kick.set()
+                self.kick()
 
     def take_ready(self, now: float) -> Permit | None:
         """A permit from the reserve, fresh enough for a full lease; ``None`` if none."""
@@ -189,7 +191,7 @@ class LocalQueue:
         if len(self._reserve) > max(0, self._reserve.wanted()) and (
             self._napping_until > self._clock.monotonic() + self._reserve.grace
         ):
-            self._kick.set()
+            self.kick()
 
     def next_free_at(self, now: float) -> float | None:
         """When a permit should be ready here; ``None`` while Redis is unreachable."""
@@ -343,18 +345,23 @@ class LocalQueue:
         return False
 
     async def _nap(self, seconds: float) -> None:
-        """Sleep ``seconds`` of the clock, or less if kicked."""
-        self._kick.clear()
+        """Sleep ``seconds`` of the clock, or less if kicked.
+
+        One future and one timer, not a sleeping task and a waiting task per nap (the
+        pump naps about twice per order). The timer runs in real seconds, as Redis does:
+        the clock's seconds converted at this boundary (``ManualClock`` is refused).
+        """
+        loop = asyncio.get_running_loop()
+        waker: asyncio.Future[None] = loop.create_future()
+        self._waker = waker
         self._napping_until = self._clock.monotonic() + seconds
-        sleeper = asyncio.ensure_future(self._clock.sleep(seconds))
-        kicked = asyncio.ensure_future(self._kick.wait())
+        timer = loop.call_later(max(0.0, seconds) / self._speed, _wake, waker)
         try:
-            await asyncio.wait((sleeper, kicked), return_when=asyncio.FIRST_COMPLETED)
+            await waker
         finally:
+            timer.cancel()
+            self._waker = None
             self._napping_until = math.inf
-            sleeper.cancel()
-            kicked.cancel()
-            await asyncio.gather(sleeper, kicked, return_exceptions=True)
 
     def _fail_closed(self, exc: RedisError) -> None:
         now = self._clock.monotonic()
@@ -391,3 +398,8 @@ class LocalQueue:
                 self._account,
             )
             self._outage_since = None
+
+
+def _wake(waker: asyncio.Future[None]) -> None:
+    if not waker.done():
+        waker.set_result(None)
