@@ -73,8 +73,6 @@ CHUNK = 500  # keys per IN (...) list, well under SQLite's parameter limit
 # The JobFields of a record, stored as one JSON object without its empty (None) values.
 _FACTS = msgspec.json.Decoder(JobFields)
 
-Write = tuple[Callable[[sqlite3.Connection], Any], "asyncio.Future[Any]"]
-
 
 def connect(
     path: str,
@@ -140,19 +138,24 @@ def _migrate(db: sqlite3.Connection) -> None:
         db.execute("ALTER TABLE jobs ADD COLUMN claim_token TEXT")
 
 
-def commit_batch(db: sqlite3.Connection, batch: list[Write]) -> list[tuple[bool, Any]]:
+#: One queued write: what it does on the connection, the caller's future (``None`` for
+#: the one whose caller is the committer), and whether it is atomic (makes no change when
+#: it raises, so needs no savepoint of its own).
+Write = tuple[Callable[[sqlite3.Connection], Any], "asyncio.Future[Any] | None", bool]
+
+
+def run_batch(db: sqlite3.Connection, batch: Sequence[Write]) -> list[tuple[bool, Any]]:
+    """Open a transaction and run every write of ``batch`` in it; each one's outcome
+    (``(True, value)`` or ``(False, exception)``). One write's refusal undoes only its own
+    changes; the caller commits (:func:`commit`)."""
     outcomes: list[tuple[bool, Any]] = []
     db.execute("BEGIN IMMEDIATE")
     try:
-        for fn, _ in batch:
-            db.execute("SAVEPOINT op")
+        for fn, _, atomic in batch:
             try:
-                outcomes.append((True, fn(db)))
+                outcomes.append((True, fn(db) if atomic else in_savepoint(db, fn)))
             except Exception as exc:  # one caller's refusal must not undo the others
-                db.execute("ROLLBACK TO op")
                 outcomes.append((False, exc))
-            db.execute("RELEASE op")
-        db.execute("COMMIT")
     except BaseException:
         if db.in_transaction:
             db.execute("ROLLBACK")
@@ -160,18 +163,39 @@ def commit_batch(db: sqlite3.Connection, batch: list[Write]) -> list[tuple[bool,
     return outcomes
 
 
-def commit_one(db: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
-    """``fn`` in a transaction of its own: its result once committed, or what it raised
-    (rolled back)."""
-    db.execute("BEGIN IMMEDIATE")
+def in_savepoint(db: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+    """``fn`` whose changes are undone if it raises (inside a transaction)."""
+    db.execute("SAVEPOINT op")
     try:
         value = fn(db)
+    except BaseException:
+        db.execute("ROLLBACK TO op")
+        db.execute("RELEASE op")
+        raise
+    db.execute("RELEASE op")
+    return value
+
+
+def commit(db: sqlite3.Connection) -> None:
+    """Commit the open transaction (durably: ``synchronous=FULL``), or roll it back and
+    raise what failed."""
+    try:
         db.execute("COMMIT")
     except BaseException:
         if db.in_transaction:
             db.execute("ROLLBACK")
         raise
-    return value
+
+
+def commit_one(
+    db: sqlite3.Connection, fn: Callable[[sqlite3.Connection], Any], riders: Sequence[Write] = ()
+) -> list[tuple[bool, Any]]:
+    """The atomic write ``fn`` committed now, with ``riders`` (writes queued meanwhile) in
+    the same transaction: the outcomes of the riders, then ``fn``'s, once committed.
+    Raises what the commit raised (then nothing was committed)."""
+    outcomes = run_batch(db, [*riders, (fn, None, True)])
+    commit(db)
+    return outcomes
 
 
 _MARKS_META = "sent_marks"
@@ -210,13 +234,15 @@ def expire_orders(
     everyone: bool = False,
     exclude: Collection[str] = (),
     sent: frozenset[tuple[str, str]] | None = None,
-) -> None:
+) -> list[str]:
     """ORDERING jobs whose worker is gone (lease over) cannot know their answer: UNKNOWN.
 
     Jobs in ``exclude`` are the caller's own, still being worked on: not gone. With
     ``sent`` (the dead run's sent marks, see :mod:`~shipping_async.bulk._sent_marks`), a
-    job whose intent has no mark was never sent: it goes back to QUOTED instead.
+    job whose intent has no mark was never sent: it goes back to QUOTED instead. Returns
+    the keys of the jobs moved (their leases are gone).
     """
+    moved: list[str] = []
     sql = f"SELECT {COLUMNS} FROM jobs WHERE state = ?"
     params: list[Any] = [JobState.ORDERING.value]
     if not everyone:
@@ -227,11 +253,13 @@ def expire_orders(
             continue
         record = to_record(row)
         intent = record.order_intent_at
+        moved.append(record.key)
         if sent is not None and intent is not None and (record.key, wall_stamp(intent)) not in sent:
             store_state(db, record, JobState.QUOTED, {}, now.isoformat(), lease=NO_LEASE)
             continue
         fields: JobFields = {"error": DIED_MID_ORDER, "error_stage": "order", "retryable": False}
         store_state(db, record, JobState.UNKNOWN, fields, now.isoformat(), lease=NO_LEASE)
+    return moved
 
 
 #: A lease as stored: (owner, until as a timestamp, claim token).

@@ -33,7 +33,9 @@ from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequen
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ClassVar, Self, TypeVar
+from typing import Any, ClassVar, Self, TypeVar, cast
+
+import msgspec
 
 from shipping_async.bulk._journal_store import (
     JOB_ENCODER,
@@ -48,6 +50,7 @@ from shipping_async.bulk._journal_store import (
 )
 from shipping_async.bulk._sent_marks import SentMarks, boot_id, previous_marks
 from shipping_async.bulk._sqlite_evidence import insert_events, select_events
+from shipping_async.bulk._sqlite_moves import claim_kept, move
 from shipping_async.bulk._sqlite_rows import (
     CHUNK,
     COLUMNS,
@@ -55,15 +58,17 @@ from shipping_async.bulk._sqlite_rows import (
     Lease,
     Write,
     claim_row,
-    commit_batch,
+    commit,
     commit_one,
     connect,
     expire_orders,
     held_keys,
+    in_savepoint,
     intent_ages,
     key_chunks,
     placeholders,
     read_page,
+    run_batch,
     select_keys,
     select_one,
     store_state,
@@ -119,11 +124,15 @@ class SQLiteJournal(JournalStore):
         self._pending: list[Write] = []
         self._flusher: asyncio.Task[None] | None = None
         self._closed = False
-        #: The jobs claimed through this journal, decoded, with their stored bytes: a
-        #: write reads its row again, and the job would be decoded (and checked) each
-        #: time. Used only while the row holds those very bytes; touched only by whoever
-        #: holds the connection.
+        #: Jobs added or claimed through this journal, decoded, with their stored bytes:
+        #: a claim takes the job from here instead of decoding (and checking) it again,
+        #: only when the row holds those very bytes.
         self._jobs: dict[str, tuple[bytes, ShipmentJob]] = {}
+        #: The record of every job claimed through this journal and still leased, exactly
+        #: as its row holds it: a write under the claim starts from it instead of reading
+        #: the row (see :mod:`~shipping_async.bulk._sqlite_moves`). Every write keeps it
+        #: exact, on the event loop's thread; a failed commit forgets it all.
+        self._held: dict[str, JobRecord] = {}
 
     @classmethod
     async def open(cls, path: str | Path, *, clock: Clock | None = None) -> Self:
@@ -160,7 +169,8 @@ class SQLiteJournal(JournalStore):
     # -- the Journal protocol ------------------------------------------------------------
 
     async def add(self, jobs: Sequence[ShipmentJob]) -> list[JobRecord]:
-        now = self._stamp()
+        at = self._clock.now()
+        now = at.isoformat()
         rows = [
             (job.key, job.account, JobState.PENDING.value, JOB_ENCODER.encode(job), b"{}", now)
             for job in jobs
@@ -170,14 +180,28 @@ class SQLiteJournal(JournalStore):
         known = {job.key: (row[3], job) for job, row in zip(jobs, rows, strict=True)}
 
         def insert(db: sqlite3.Connection) -> list[JobRecord]:
-            db.executemany(
+            cursor = db.executemany(
                 "INSERT OR IGNORE INTO jobs (key, account, state, job, facts, updated_at) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
                 rows,
             )
-            keys = [r[0] for r in rows]
-            found = {record.key: record for record in select_keys(db, keys, known)}
-            return [found[row[0]] for row in rows]
+            if cursor.rowcount == len(rows):  # every job is new: its record is as given
+                records = [
+                    JobRecord(
+                        key=job.key,
+                        job=job,
+                        state=JobState.PENDING,
+                        account=job.account,
+                        updated_at=at,
+                    )
+                    for job in jobs
+                ]
+            else:
+                keys = [r[0] for r in rows]
+                found = {record.key: record for record in select_keys(db, keys, known)}
+                records = [found[row[0]] for row in rows]
+            self._keep_jobs(known)
+            return records
 
         return await self._write(insert)
 
@@ -199,6 +223,8 @@ class SQLiteJournal(JournalStore):
         shares: list[tuple[str | None, int]] = (
             [(account, limit)] if accounts is None else list(accounts.items())
         )
+
+        jobs: dict[str, tuple[bytes, ShipmentJob]] = {}  # the claimed jobs, to keep
 
         def pick(db: sqlite3.Connection, account: str | None, room: int) -> list[JobRecord]:
             states = [state.value for state in WORKABLE_STATES]
@@ -228,19 +254,37 @@ class SQLiteJournal(JournalStore):
                 ).fetchall()
                 # Rows are left out before they are decoded: a job is most of a row's cost.
                 mine = [row for row in rows if row[0] not in left_out][:left]
-                for row in mine:
-                    record = claim_row(db, to_record(row), worker_id, now, lease)
-                    self._keep(record, row[3])
-                    claimed.append(record)
+                records = [to_record(row, job=self._kept_job(row[0], row[3])) for row in mine]
+                failed = JobState.FAILED
+                leased = iter(
+                    claim_kept(
+                        db, [r for r in records if r.state is not failed], worker_id, now, lease
+                    )
+                )
+                # A failed job starts again at its next stage, its error cleared.
+                claimed.extend(
+                    claim_row(db, record, worker_id, now, lease)
+                    if record.state is failed
+                    else next(leased)
+                    for record in records
+                )
+                for row, record in zip(mine, records, strict=True):
+                    jobs[row[0]] = (row[3], record.job)
             return claimed
 
         def take(db: sqlite3.Connection) -> list[JobRecord]:
-            expire_orders(db, now, exclude=left_out)
+            jobs.clear()
+            gone = expire_orders(db, now, exclude=left_out)
             claimed: list[JobRecord] = []
             for name, share in shares:
                 room = min(share, limit - len(claimed))
                 if room > 0:
                     claimed.extend(pick(db, name, room))
+            # Kept once every statement went through (a refusal undoes them all).
+            for key in gone:
+                self._held.pop(key, None)
+            self._keep_jobs(jobs)
+            self._held.update((record.key, record) for record in claimed)
             return claimed
 
         return await self._write(take)
@@ -280,14 +324,22 @@ class SQLiteJournal(JournalStore):
     async def renew(self, claims: Mapping[str, str], *, lease: float) -> set[str]:
         now = self._clock.now()
         pairs = list(claims.items())
+        tokens = dict(pairs)
 
         def extend(db: sqlite3.Connection) -> set[str]:
             # The token alone decides: a lapsed lease nobody claimed since is taken back.
+            until = now.timestamp() + lease
             db.executemany(
                 "UPDATE jobs SET lease_until = ? WHERE key = ? AND claim_token = ?",
-                [(now.timestamp() + lease, key, token) for key, token in pairs],
+                [(until, key, token) for key, token in pairs],
             )
-            return held_keys(db, pairs)
+            held = held_keys(db, pairs)
+            lease_until = datetime.fromtimestamp(until, UTC)
+            for key in held:
+                record = self._held.get(key)
+                if record is not None and record.claim_token == tokens[key]:
+                    self._held[key] = msgspec.structs.replace(record, lease_until=lease_until)
+            return held
 
         return await self._write(extend)
 
@@ -297,6 +349,7 @@ class SQLiteJournal(JournalStore):
         def drop(db: sqlite3.Connection) -> None:
             for key, _ in pairs:
                 self._jobs.pop(key, None)
+                self._held.pop(key, None)
             db.executemany(
                 "UPDATE jobs SET lease_owner = NULL, lease_until = NULL, claim_token = NULL "
                 "WHERE key = ? AND claim_token = ?",
@@ -311,6 +364,7 @@ class SQLiteJournal(JournalStore):
         now = self._stamp()
 
         def settle(db: sqlite3.Connection) -> JobRecord:
+            self._held.pop(key, None)  # unknown jobs are not leased; this one no more
             record = select_one(db, key)
             if record.state is not JobState.UNKNOWN:
                 raise not_unknown(key, record.state)
@@ -406,10 +460,20 @@ class SQLiteJournal(JournalStore):
 
     # -- the writer ----------------------------------------------------------------------
 
-    def _keep(self, record: JobRecord, raw_job: bytes) -> None:
-        if len(self._jobs) >= _KEPT_JOBS:  # claims never settled here (a bug elsewhere)
+    def _kept_job(self, key: str, raw_job: bytes) -> ShipmentJob | None:
+        """The job kept for ``key`` if the row holds exactly its bytes (else decode it)."""
+        kept = self._jobs.get(key)
+        return kept[1] if kept is not None and kept[0] == raw_job else None
+
+    def _keep_jobs(self, jobs: Mapping[str, tuple[bytes, ShipmentJob]]) -> None:
+        if len(self._jobs) + len(jobs) > _KEPT_JOBS:  # added, never claimed: start over
             self._jobs.clear()
-        self._jobs[record.key] = (raw_job, record.job)
+        self._jobs.update(jobs)
+
+    def _forget(self) -> None:
+        """A commit failed: what was kept may be ahead of the file."""
+        self._jobs.clear()
+        self._held.clear()
 
     def _stamp(self) -> str:
         return self._clock.now().isoformat()
@@ -425,8 +489,11 @@ class SQLiteJournal(JournalStore):
         require: JobState | None = None,
     ) -> JobRecord:
         now = self._clock.now()
+        intent_at = datetime.now(UTC) if state is JobState.ORDERING else None
 
-        def change(db: sqlite3.Connection) -> JobRecord:
+        def read_and_change(db: sqlite3.Connection) -> JobRecord:
+            # The row read first: to say why a kept record did not match, or for a job
+            # this journal does not hold (claimed before a failed commit).
             record = select_one(db, key, self._jobs)
             if record.claim_token is None or record.claim_token != token:
                 raise lease_lost(key)
@@ -439,9 +506,32 @@ class SQLiteJournal(JournalStore):
             if keep_lease:
                 until = expiry.timestamp() if expiry is not None else None
                 lease = (record.lease_owner, until, token)
-            else:
-                self._jobs.pop(key, None)  # finished: no write under this claim follows
             return store_state(db, record, state, fields, now.isoformat(), lease=lease)
+
+        def change(db: sqlite3.Connection) -> JobRecord:
+            # Atomic: either one fenced UPDATE went through, or read_and_change runs in a
+            # savepoint of its own.
+            current = self._held.get(key)
+            record = None
+            if current is not None and current.claim_token == token:
+                record = move(
+                    db,
+                    current,
+                    state,
+                    fields,
+                    now,
+                    keep_lease=keep_lease,
+                    require=require,
+                    intent_at=intent_at,
+                )
+            if record is None:
+                record = in_savepoint(db, read_and_change)
+            if keep_lease:
+                self._held[key] = record
+            else:  # finished: no write under this claim follows
+                self._held.pop(key, None)
+                self._jobs.pop(key, None)
+            return record
 
         if state is JobState.ORDERING:
             record = await self._write_here(change)
@@ -451,7 +541,7 @@ class SQLiteJournal(JournalStore):
         if require is JobState.ORDERING:  # taking the intent back
             record = await self._write_here(change)
         else:
-            record = await self._write(change)
+            record = await self._write(change, atomic=True)
         if self._marks is not None:
             self._marks.answered(key)
         return record
@@ -474,14 +564,14 @@ class SQLiteJournal(JournalStore):
             return await asyncio.get_running_loop().run_in_executor(self._executor, fn, self._db)
 
     async def _write_here(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Commit ``fn`` alone on the loop's thread once the connection is free.
+        """Commit the atomic write ``fn`` on the loop's thread once the connection is free.
 
         For the order intent: its request is written right after this returns, and
         between the commit and that write nothing else may run (no other task, no
         wake-up from the writer thread, which a loaded machine can delay by tens of
         milliseconds). Its withdrawal after a 429 likewise, so that a crash right after
-        the answer finds the job quoted. One fsync each; other writes keep their group
-        commit.
+        the answer finds the job quoted. The writes queued meanwhile ride in the same
+        transaction: one fsync serves them all.
         """
         if self._closed:
             raise JournalError("the journal is closed")
@@ -489,52 +579,85 @@ class SQLiteJournal(JournalStore):
             if self._closed:
                 raise JournalError("the journal is closed")
             # No await from here on; a cancellation lands before the commit or not at all.
+            riders, self._pending = self._pending, []
             try:
-                return commit_one(self._db, fn)
+                outcomes = commit_one(self._db, fn, riders)
             except sqlite3.Error as exc:
-                raise JournalError(
-                    f"the journal file cannot be written ({exc}): make room or fix its "
-                    "permissions, then resume"
-                ) from None
+                failure = self._unwritable(exc)
+                self._answer(riders, None, failure)
+                raise failure from None
+            except BaseException as exc:
+                self._forget()
+                self._answer(riders, None, JournalError(f"the write was interrupted: {exc!r}"))
+                raise
+            ok, value = outcomes.pop()
+            self._answer(riders, outcomes, None)
+            if not ok:
+                raise value
+            return cast(T, value)
 
-    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def _write(self, fn: Callable[[sqlite3.Connection], T], *, atomic: bool = False) -> T:
+        """Queue ``fn`` for the next group commit; its value once committed.
+
+        ``atomic``: ``fn`` changes nothing when it raises (it needs no savepoint). Once
+        queued, a write is committed even if its caller is cancelled (then nobody hears
+        how it went), so that the caller's view ("maybe written") matches the store's.
+        """
         if self._closed:
             raise JournalError("the journal is closed")
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._pending.append((fn, future))
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._pending.append((fn, future, atomic))
         if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.get_running_loop().create_task(self._flush())
-        # Shielded: once queued, a write is committed even if its caller is cancelled,
-        # so the caller's view ("maybe written") matches the store's.
-        return await asyncio.shield(future)
+            self._flusher = loop.create_task(self._flush())
+        return await future
 
     async def _flush(self) -> None:
+        """Commit what is queued, a batch at a time: the statements run on the loop's
+        thread (no thread switch per write), the commit and its fsync on the writer's."""
         loop = asyncio.get_running_loop()
         while self._pending:
-            batch, self._pending = self._pending, []
-            try:
-                async with self._connection:
-                    outcomes = await loop.run_in_executor(
-                        self._executor, commit_batch, self._db, batch
-                    )
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the commit itself failed: nobody's write stands
-                # (The file cannot be written: disk full, read-only, locked.) Each writer
-                # hears it; writes queued meanwhile get their own attempt, so none waits
-                # forever, and close() does not raise it again.
-                failure = JournalError(
-                    f"the journal file cannot be written ({exc}): make room or fix its "
-                    "permissions, then resume"
-                )
-                for _, future in batch:
-                    if not future.done():
-                        future.set_exception(failure)
-                continue
-            for (_, future), (ok, value) in zip(batch, outcomes, strict=True):
-                if future.done():
+            async with self._connection:
+                batch, self._pending = self._pending, []  # an intent may have taken them
+                if not batch:
                     continue
-                if ok:
-                    future.set_result(value)
-                else:
-                    future.set_exception(value)
+                try:
+                    outcomes = run_batch(self._db, batch)
+                    await loop.run_in_executor(self._executor, commit, self._db)
+                except asyncio.CancelledError:
+                    self._forget()
+                    raise
+                except Exception as exc:  # the commit itself failed: nobody's write stands
+                    # (The file cannot be written: disk full, read-only, locked.) Each writer
+                    # hears it; writes queued meanwhile get their own attempt, so none waits
+                    # forever, and close() does not raise it again.
+                    self._answer(batch, None, self._unwritable(exc))
+                    continue
+            self._answer(batch, outcomes, None)
+
+    def _unwritable(self, exc: BaseException) -> JournalError:
+        self._forget()
+        return JournalError(
+            f"the journal file cannot be written ({exc}): make room or fix its "
+            "permissions, then resume"
+        )
+
+    @staticmethod
+    def _answer(
+        batch: Sequence[Write],
+        outcomes: Sequence[tuple[bool, Any]] | None,
+        failure: BaseException | None,
+    ) -> None:
+        """Tell each caller of ``batch`` its outcome, or ``failure`` for them all."""
+        for index, (_, future, _) in enumerate(batch):
+            if future is None or future.done():  # its caller was cancelled: nobody hears
+                continue
+            if outcomes is None:
+                assert failure is not None
+                future.set_exception(failure)
+                continue
+            ok, value = outcomes[index]
+            if ok:
+                future.set_result(value)
+            else:
+                future.set_exception(value)

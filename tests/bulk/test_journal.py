@@ -295,28 +295,28 @@ async def test_records_stream_in_the_order_jobs_were_added(path: Path) -> None:
         assert keys == [f"PO-{i:04d}" for i in range(1200)]
 
 
-async def test_a_write_reads_the_job_as_stored_even_when_its_bytes_changed_under_a_claim(
+async def test_a_claim_reads_the_job_as_stored_even_when_its_bytes_changed_since_added(
     path: Path,
 ) -> None:
-    # The journal keeps claimed jobs decoded; a row whose job column another program
-    # rewrote must be read as it now is, never from what was kept.
+    # The journal keeps the jobs it added decoded; a row whose job column was rewritten
+    # since must be claimed as it now is, never from what was kept. (Under a claim the
+    # journal writes from the claimed record: the file is this process's alone, and no
+    # write of this journal changes a job once added.)
     async with await SQLiteJournal.open(path) as journal:
-        await journal.add(make_jobs(2))
-        tokens = await claim(journal)
-        quoted = await journal.record(
-            tokens["PO-0000"], "PO-0000", JobState.QUOTED, quote_id=7, estimate_id=8
-        )
-        changed = msgspec.structs.replace(quoted.job, account="elsewhere")
+        added = await journal.add(make_jobs(2))
+        changed = msgspec.structs.replace(added[0].job, account="elsewhere")
         journal._db.execute(
             "UPDATE jobs SET job = ? WHERE key = ?",
             [msgspec.json.encode(changed), "PO-0000"],
         )
-        again = await journal.record(
-            tokens["PO-0000"], "PO-0000", JobState.QUOTED, quote_id=9, estimate_id=10
-        )
-        untouched = await journal.record(
-            tokens["PO-0001"], "PO-0001", JobState.QUOTED, quote_id=7, estimate_id=8
-        )
-    assert quoted.job.account == ""
-    assert again.job == changed
-    assert untouched.job.account == ""
+        claimed = {record.key: record for record in await journal.claim(W, lease=60, limit=2)}
+        token = claimed["PO-0000"].claim_token
+        assert token is not None
+        quoted = await journal.record(token, "PO-0000", JobState.QUOTED, quote_id=9, estimate_id=10)
+        stored = await journal.get("PO-0000")
+    assert added[0].job.account == ""
+    assert claimed["PO-0000"].job == changed
+    assert quoted.job == changed
+    assert stored is not None
+    assert stored.job == changed
+    assert claimed["PO-0001"].job == added[1].job

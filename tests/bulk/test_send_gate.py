@@ -200,11 +200,12 @@ async def test_nothing_runs_between_the_intents_commit_and_its_requests_first_by
 
     commit_one = _sqlite_rows.commit_one
 
-    def counted_commit(db: Any, fn: Any) -> Any:
-        value = commit_one(db, fn)
-        if isinstance(value, JobRecord) and value.state is JobState.ORDERING:
+    def counted_commit(db: Any, fn: Any, riders: Any = ()) -> Any:
+        outcomes = commit_one(db, fn, riders)
+        ok, value = outcomes[-1]  # fn's own; the riders' come first
+        if ok and isinstance(value, JobRecord) and value.state is JobState.ORDERING:
             at_commit.append(turns)
-        return value
+        return outcomes
 
     monkeypatch.setattr(sqlite_journal, "commit_one", counted_commit)
     stop = asyncio.Event()

@@ -1,0 +1,210 @@
+"""The SQLite journal writes under a claim from the record it keeps: same records, same fences.
+
+A write under a claim is one ``UPDATE`` fenced by the claim token in its ``WHERE`` and a
+record built from the kept one; without a kept record (or when the row does not match)
+the row is read first. Both ways must give the record the row holds, and refuse the
+same writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import date, time
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from shipping_async.bulk import sqlite_journal
+from shipping_async.bulk.journal import (
+    JobRecord,
+    JobState,
+    JournalStateError,
+    LeaseLostError,
+)
+from shipping_async.bulk.sqlite_journal import SQLiteJournal
+from shipping_async.clock import ManualClock
+from tests.bulk.support import make_jobs
+
+W = "worker-1"
+
+
+async def _one_of_each(
+    journal: SQLiteJournal, *, forget: bool, check: Callable[[JobRecord], Awaitable[None]]
+) -> list[JobRecord]:
+    """A happy path, a withdrawn intent, a re-quote and a failure, each write's record
+    (handed to ``check`` as it comes); ``forget``: drop what the journal keeps before
+    every write (each reads its row)."""
+
+    def maybe_forget() -> None:
+        if forget:
+            journal._forget()
+
+    await journal.add(make_jobs(2))
+    tokens = {r.key: r.claim_token or "" for r in await journal.claim(W, lease=60, limit=2)}
+    a, b = tokens["PO-0000"], tokens["PO-0001"]
+    quote: dict[str, Any] = {
+        "quote_id": 7,
+        "estimate_id": 11,
+        "carrier": "Sandbox Freight",
+        "service": "Standard",
+        "cost": Decimal("42.50"),
+        "currency": "USD",
+        "hub": True,
+    }
+    steps: list[Any] = [
+        lambda: journal.record(a, "PO-0000", JobState.QUOTED, **quote),
+        lambda: journal.begin_order(a, "PO-0000", quote_id=7, estimate_id=11),
+        lambda: journal.withdraw_order(a, "PO-0000"),
+        lambda: journal.record(a, "PO-0000", JobState.PENDING),  # the estimate expired
+        lambda: journal.record(a, "PO-0000", JobState.QUOTED, **{**quote, "quote_id": 8}),
+        lambda: journal.begin_order(a, "PO-0000", quote_id=8, estimate_id=12),
+        lambda: journal.record(a, "PO-0000", JobState.ORDERED, order_id=501),
+        lambda: journal.record(a, "PO-0000", JobState.WAYBILLED, waybills=["WB1", None], hub=False),
+        lambda: journal.finish(
+            a,
+            "PO-0000",
+            JobState.DONE,
+            pickup_date=date(2030, 1, 2),
+            pickup_from=time(9),
+            pickup_to=time(12),
+            pickup_confirmation="PU-1",
+        ),
+        lambda: journal.record(b, "PO-0001", JobState.QUOTED, **quote),
+        lambda: journal.finish(
+            b,
+            "PO-0001",
+            JobState.FAILED,
+            error="no estimate in EUR",
+            error_stage="order",
+            retryable=True,
+        ),
+    ]
+    records = []
+    for step in steps:
+        maybe_forget()
+        records.append(await step())
+        await check(records[-1])
+    again = await journal.claim(W, lease=60, limit=1, retry_failed=True)  # the failed one
+    await check(again[0])
+    maybe_forget()
+    records.append(again[0])
+    records.append(
+        await journal.record(again[0].claim_token or "", "PO-0001", JobState.QUOTED, **quote)
+    )
+    await check(records[-1])
+    return records
+
+
+async def test_every_write_returns_the_record_its_row_holds(tmp_path: Path) -> None:
+    async with await SQLiteJournal.open(tmp_path / "batch.journal") as journal:
+
+        async def as_stored(record: JobRecord) -> None:
+            assert await journal.get(record.key) == record
+
+        records = await _one_of_each(journal, forget=False, check=as_stored)
+        assert [record.state for record in records[-4:]] == [
+            JobState.QUOTED,
+            JobState.FAILED,
+            JobState.PENDING,  # claimed again: from its last success, the error cleared
+            JobState.QUOTED,
+        ]
+        assert records[-2].error is None
+
+
+async def _nothing(_: JobRecord) -> None:
+    return None
+
+
+def _timeless(record: JobRecord) -> JobRecord:
+    return msgspec.structs.replace(
+        record, updated_at=None, lease_until=None, order_intent_at=None, claim_token=None
+    )
+
+
+async def test_writes_from_kept_records_and_from_rows_give_the_same_records(
+    tmp_path: Path,
+) -> None:
+    async with await SQLiteJournal.open(tmp_path / "kept.journal") as kept:
+        fast = await _one_of_each(kept, forget=False, check=_nothing)
+        rows_kept = [await kept.get(key) for key in ("PO-0000", "PO-0001")]
+    async with await SQLiteJournal.open(tmp_path / "read.journal") as read:
+        slow = await _one_of_each(read, forget=True, check=_nothing)
+        rows_read = [await read.get(key) for key in ("PO-0000", "PO-0001")]
+    assert [_timeless(r) for r in fast] == [_timeless(r) for r in slow]
+    assert [_timeless(r) for r in rows_kept if r] == [_timeless(r) for r in rows_read if r]
+    # The intents were stamped, with the real time, both ways.
+    assert fast[5].order_intent_at is not None
+    assert slow[5].order_intent_at is not None
+
+
+async def test_a_stale_claim_is_refused_by_its_row_though_its_record_was_kept(
+    tmp_path: Path,
+) -> None:
+    clock = ManualClock()
+    async with await SQLiteJournal.open(tmp_path / "batch.journal", clock=clock) as journal:
+        await journal.add(make_jobs(1))
+        [first] = await journal.claim(W, lease=10, limit=1)
+        stale = first.claim_token or ""
+        await journal.record(stale, "PO-0000", JobState.QUOTED, quote_id=1, estimate_id=2)
+        clock.advance(11)
+        [second] = await journal.claim("worker-2", lease=10, limit=1)
+        with pytest.raises(LeaseLostError):
+            await journal.record(stale, "PO-0000", JobState.QUOTED, quote_id=3)
+        with pytest.raises(LeaseLostError):
+            await journal.begin_order(stale, "PO-0000", quote_id=1, estimate_id=2)
+        current = second.claim_token or ""
+        intent = await journal.begin_order(current, "PO-0000", quote_id=1, estimate_id=2)
+        assert intent.state is JobState.ORDERING
+        assert intent.lease_owner == "worker-2"
+        assert await journal.get("PO-0000") == intent
+
+
+async def test_an_intent_needs_a_live_lease_and_a_renewal_gives_it_back(tmp_path: Path) -> None:
+    clock = ManualClock()
+    async with await SQLiteJournal.open(tmp_path / "batch.journal", clock=clock) as journal:
+        await journal.add(make_jobs(1))
+        [claimed] = await journal.claim(W, lease=10, limit=1)
+        token = claimed.claim_token or ""
+        await journal.record(token, "PO-0000", JobState.QUOTED, quote_id=1, estimate_id=2)
+        clock.advance(11)
+        with pytest.raises(LeaseLostError, match="lapsed"):
+            await journal.begin_order(token, "PO-0000", quote_id=1, estimate_id=2)
+        assert await journal.renew({"PO-0000": token}, lease=10) == {"PO-0000"}
+        intent = await journal.begin_order(token, "PO-0000", quote_id=1, estimate_id=2)
+        assert intent.lease_until == (await journal.get("PO-0000") or intent).lease_until
+        assert intent.lease_until is not None
+        assert intent.lease_until > clock.now()
+        with pytest.raises(JournalStateError):
+            await journal.begin_order(token, "PO-0000", quote_id=1, estimate_id=2)
+        assert await journal.get("PO-0000") == intent
+
+
+async def test_writes_queued_while_an_intent_commits_ride_in_its_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    group_commits = 0
+    commit = sqlite_journal.commit
+
+    def counted(db: Any) -> None:
+        nonlocal group_commits
+        group_commits += 1
+        commit(db)
+
+    monkeypatch.setattr(sqlite_journal, "commit", counted)
+    async with await SQLiteJournal.open(tmp_path / "batch.journal") as journal:
+        await journal.add(make_jobs(4))
+        tokens = {r.key: r.claim_token or "" for r in await journal.claim(W, lease=60, limit=4)}
+        await journal.record(tokens["PO-0000"], "PO-0000", JobState.QUOTED, quote_id=1)
+        group_commits = 0
+        riders = [
+            asyncio.ensure_future(journal.record(tokens[key], key, JobState.QUOTED, quote_id=2))
+            for key in ("PO-0001", "PO-0002", "PO-0003")
+        ]
+        await asyncio.sleep(0)  # queued, their group commit not started
+        await journal.begin_order(tokens["PO-0000"], "PO-0000", quote_id=1, estimate_id=2)
+        assert [record.quote_id for record in await asyncio.gather(*riders)] == [2, 2, 2]
+        assert group_commits == 0  # they were answered by the intent's commit
