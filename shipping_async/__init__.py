@@ -1,128 +1,21 @@
-"""asyncio SDK for the cross-border shipping API: client, limiter, sandbox, bulk pipeline."""
+"""asyncio SDK for the cross-border shipping API: client, limiter, sandbox, bulk pipeline.
 
+Every name below is imported when first used (``from shipping_async import X`` as
+well): ``import shipping_async`` alone loads nothing else, so that a command or an
+application pays only for what it uses (a ``bulk`` run loads neither the webhook
+receiver and its web server, nor the ledger, nor the sandbox).
+"""
+
+import importlib
+import logging
 from typing import TYPE_CHECKING, Any
 
-from shipping_async._client import (
-    AsyncShippingClient,
-)
-from shipping_async._hooks import (
-    APICall,
-    ClientHooks,
-)
-from shipping_async._version import (
-    __version__,
-)
-from shipping_async.bulk import (
-    BulkShipper,
-    JobState,
-    Journal,
-    OrderDetails,
-    Reconciler,
-    ReconcileReport,
-    ShipmentJob,
-    ShipmentResult,
-    SQLiteJournal,
-    read_jobs,
-    reconcile,
-)
-from shipping_async.clock import (
-    Clock,
-    ManualClock,
-    ScaledClock,
-    SystemClock,
-)
-from shipping_async.errors import (
-    APIConnectionError,
-    APIError,
-    APIResponseValidationError,
-    APIStatusError,
-    APITimeoutError,
-    AuthenticationError,
-    BadRequestError,
-    ConfigurationError,
-    EstimateExpiredError,
-    InputFileError,
-    InternalServerError,
-    LimiterUnavailableError,
-    NoHubForRouteError,
-    NoPickupWindowError,
-    NotFoundError,
-    OrderAlreadyLiveError,
-    OrderOutcomeUnknownError,
-    OrderWaitTimeoutError,
-    OutcomeUnknownError,
-    RateLimitError,
-    RateLimitInfo,
-    RequestValidationError,
-    ShippingError,
-    UnprocessableEntityError,
-    error_for_status,
-    parse_rate_limit,
-)
-from shipping_async.ledger import (
-    LedgerEntry,
-    LedgerReconciler,
-    OrderLedger,
-    SQLiteOrderLedger,
-    settle_from_webhooks,
-)
-from shipping_async.limiter import (
-    OrderLimiter,
-    Permit,
-    RemembersSent,
-    RollingWindowLimiter,
-)
-from shipping_async.models import (
-    Address,
-    BillableWeight,
-    ClearanceDetail,
-    Country,
-    Estimate,
-    EventType,
-    HSCode,
-    LineItem,
-    Order,
-    OrderAddress,
-    OrderDocument,
-    OrderRequest,
-    OrderStatus,
-    Package,
-    PickupAvailability,
-    PickupWindow,
-    PickupWish,
-    Quote,
-    QuoteRequest,
-    ScheduledPickup,
-    SchedulePickupRequest,
-    Shipment,
-    TaxesAndDutiesConfig,
-    Undecoded,
-    Webhook,
-    WebhookEvent,
-    WebhookRequest,
-    WebhookStatus,
-    WeightBreakdown,
-    choose_pickup_window,
-)
-from shipping_async.resources import (
-    CancelledOrder,
-)
-from shipping_async.webhooks import (
-    LegMatch,
-    WebhookAnswer,
-    WebhookError,
-    WebhookPayloadError,
-    WebhookReceiver,
-    WebhookTimeoutError,
-    WebhookTokenError,
-    WebhookTooLargeError,
-    add_webhook_route,
-    create_webhook_app,
-    ensure_webhook,
-    find_moved_leg,
-    legs_from,
-    parse_event,
-)
+from shipping_async._version import __version__
+
+# A library prints nothing unless asked: without this, Python's last-resort handler would
+# write our warnings to stderr in an app that configured no logging (whichever of our
+# modules it happens to load first).
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = [
     "APICall",
@@ -229,16 +122,257 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from shipping_async._client import (
+        AsyncShippingClient,
+    )
+    from shipping_async._hooks import (
+        APICall,
+        ClientHooks,
+    )
+    from shipping_async.bulk import (
+        BulkShipper,
+        JobState,
+        Journal,
+        OrderDetails,
+        Reconciler,
+        ReconcileReport,
+        ShipmentJob,
+        ShipmentResult,
+        SQLiteJournal,
+        read_jobs,
+        reconcile,
+    )
+    from shipping_async.clock import (
+        Clock,
+        ManualClock,
+        ScaledClock,
+        SystemClock,
+    )
+    from shipping_async.errors import (
+        APIConnectionError,
+        APIError,
+        APIResponseValidationError,
+        APIStatusError,
+        APITimeoutError,
+        AuthenticationError,
+        BadRequestError,
+        ConfigurationError,
+        EstimateExpiredError,
+        InputFileError,
+        InternalServerError,
+        LimiterUnavailableError,
+        NoHubForRouteError,
+        NoPickupWindowError,
+        NotFoundError,
+        OrderAlreadyLiveError,
+        OrderOutcomeUnknownError,
+        OrderWaitTimeoutError,
+        OutcomeUnknownError,
+        RateLimitError,
+        RateLimitInfo,
+        RequestValidationError,
+        ShippingError,
+        UnprocessableEntityError,
+        error_for_status,
+        parse_rate_limit,
+    )
+    from shipping_async.ledger import (
+        LedgerEntry,
+        LedgerReconciler,
+        OrderLedger,
+        SQLiteOrderLedger,
+        settle_from_webhooks,
+    )
+    from shipping_async.limiter import (
+        OrderLimiter,
+        Permit,
+        RemembersSent,
+        RollingWindowLimiter,
+    )
+    from shipping_async.models import (
+        Address,
+        BillableWeight,
+        ClearanceDetail,
+        Country,
+        Estimate,
+        EventType,
+        HSCode,
+        LineItem,
+        Order,
+        OrderAddress,
+        OrderDocument,
+        OrderRequest,
+        OrderStatus,
+        Package,
+        PickupAvailability,
+        PickupWindow,
+        PickupWish,
+        Quote,
+        QuoteRequest,
+        ScheduledPickup,
+        SchedulePickupRequest,
+        Shipment,
+        TaxesAndDutiesConfig,
+        Undecoded,
+        Webhook,
+        WebhookEvent,
+        WebhookRequest,
+        WebhookStatus,
+        WeightBreakdown,
+        choose_pickup_window,
+    )
+    from shipping_async.resources import (
+        CancelledOrder,
+    )
     from shipping_async.sandbox import SandboxServer, create_app
+    from shipping_async.webhooks import (
+        LegMatch,
+        WebhookAnswer,
+        WebhookError,
+        WebhookPayloadError,
+        WebhookReceiver,
+        WebhookTimeoutError,
+        WebhookTokenError,
+        WebhookTooLargeError,
+        add_webhook_route,
+        create_webhook_app,
+        ensure_webhook,
+        find_moved_leg,
+        legs_from,
+        parse_event,
+    )
 
-#: Loaded when first asked for: the simulator (and its 200 countries) is not part of what
-#: an application or a worker needs to run.
-_LAZY = frozenset({"SandboxServer", "create_app"})
+#: Where each public name lives, by module.
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "shipping_async._client": ("AsyncShippingClient",),
+    "shipping_async._hooks": (
+        "APICall",
+        "ClientHooks",
+    ),
+    "shipping_async.bulk": (
+        "BulkShipper",
+        "JobState",
+        "Journal",
+        "OrderDetails",
+        "Reconciler",
+        "ReconcileReport",
+        "ShipmentJob",
+        "ShipmentResult",
+        "SQLiteJournal",
+        "read_jobs",
+        "reconcile",
+    ),
+    "shipping_async.clock": (
+        "Clock",
+        "ManualClock",
+        "ScaledClock",
+        "SystemClock",
+    ),
+    "shipping_async.errors": (
+        "APIConnectionError",
+        "APIError",
+        "APIResponseValidationError",
+        "APIStatusError",
+        "APITimeoutError",
+        "AuthenticationError",
+        "BadRequestError",
+        "ConfigurationError",
+        "EstimateExpiredError",
+        "InputFileError",
+        "InternalServerError",
+        "LimiterUnavailableError",
+        "NoHubForRouteError",
+        "NoPickupWindowError",
+        "NotFoundError",
+        "OrderAlreadyLiveError",
+        "OrderOutcomeUnknownError",
+        "OrderWaitTimeoutError",
+        "OutcomeUnknownError",
+        "RateLimitError",
+        "RateLimitInfo",
+        "RequestValidationError",
+        "ShippingError",
+        "UnprocessableEntityError",
+        "error_for_status",
+        "parse_rate_limit",
+    ),
+    "shipping_async.ledger": (
+        "LedgerEntry",
+        "LedgerReconciler",
+        "OrderLedger",
+        "SQLiteOrderLedger",
+        "settle_from_webhooks",
+    ),
+    "shipping_async.limiter": (
+        "OrderLimiter",
+        "Permit",
+        "RemembersSent",
+        "RollingWindowLimiter",
+    ),
+    "shipping_async.models": (
+        "Address",
+        "BillableWeight",
+        "ClearanceDetail",
+        "Country",
+        "Estimate",
+        "EventType",
+        "HSCode",
+        "LineItem",
+        "Order",
+        "OrderAddress",
+        "OrderDocument",
+        "OrderRequest",
+        "OrderStatus",
+        "Package",
+        "PickupAvailability",
+        "PickupWindow",
+        "PickupWish",
+        "Quote",
+        "QuoteRequest",
+        "ScheduledPickup",
+        "SchedulePickupRequest",
+        "Shipment",
+        "TaxesAndDutiesConfig",
+        "Undecoded",
+        "Webhook",
+        "WebhookEvent",
+        "WebhookRequest",
+        "WebhookStatus",
+        "WeightBreakdown",
+        "choose_pickup_window",
+    ),
+    "shipping_async.resources": ("CancelledOrder",),
+    "shipping_async.webhooks": (
+        "LegMatch",
+        "WebhookAnswer",
+        "WebhookError",
+        "WebhookPayloadError",
+        "WebhookReceiver",
+        "WebhookTimeoutError",
+        "WebhookTokenError",
+        "WebhookTooLargeError",
+        "add_webhook_route",
+        "create_webhook_app",
+        "ensure_webhook",
+        "find_moved_leg",
+        "legs_from",
+        "parse_event",
+    ),
+    # The simulator (and its 200 countries) is not part of what an application or a
+    # worker needs to run.
+    "shipping_async.sandbox": ("SandboxServer", "create_app"),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        from shipping_async import sandbox
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'shipping_async' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # found directly from now on
+    return value
 
-        return getattr(sandbox, name)
-    raise AttributeError(f"module 'shipping_async' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

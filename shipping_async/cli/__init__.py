@@ -14,14 +14,23 @@ __all__ = ["main"]
 _COMMAND_MODULES = ("bulk", "journal", "reconcile", "sandbox", "status", "webhooks", "worker")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every subcommand, or of ``command``'s alone: a command's module
+    imports what it runs on (``webhooks`` a web server, ``sandbox`` the simulator), and
+    a run of another command should not pay for loading it."""
     parser = argparse.ArgumentParser(
         prog="shipping-async", description="Shipping API SDK tools: sandbox, bulk shipping."
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in _COMMAND_MODULES:
+    for name in _COMMAND_MODULES if command is None else (command,):
         importlib.import_module(f"{__name__}.{name}").register(subparsers)
     return parser
+
+
+def _command(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` names, if it names one before any other word."""
+    first = argv[0] if argv else None
+    return first if first in _COMMAND_MODULES else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -37,9 +46,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from shipping_async.errors import ShippingError
 
     few_arenas()  # before the run starts threads
-    args = build_parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(_command(words)).parse_args(words)
     # The words as given: a resume command repeats them (with the journal and --resume).
-    args.argv = list(sys.argv[1:] if argv is None else argv)
+    args.argv = words
     documented = (ShippingError, JournalError)
     try:
         code: int = args.handler(args)
