@@ -23,8 +23,9 @@ Every request on an order has an order id of its own, as in a batch.
 
 Rounds alternate (raw then sdk, then sdk then raw, ...) after a warm-up round that is not
 counted. CPU = user + system seconds of the measuring process (``getrusage``) over the
-requests, in microseconds per request: the mean over the rounds, and the ratio sdk/raw.
-The server's CPU is not counted.
+requests, in microseconds per request: the median over the rounds; ``sdk/raw`` is the
+median of each round's ratio (the two sides of a round run back to back, so a load that
+comes and goes on a shared machine disturbs it least). The server's CPU is not counted.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import argparse
 import asyncio
 import itertools
 import resource
+import statistics
 import subprocess
 import sys
 import time as timer
@@ -171,8 +173,8 @@ class Figures:
 
     per_round: list[float] = field(default_factory=list)
 
-    def mean_us(self) -> float:
-        return sum(self.per_round) / len(self.per_round)
+    def median_us(self) -> float:
+        return statistics.median(self.per_round)
 
 
 Send = Callable[[], Awaitable[Any]]
@@ -314,8 +316,7 @@ async def measure(args: argparse.Namespace, base: str) -> dict[str, dict[str, Fi
 
 
 def report(figures: dict[str, dict[str, Figures]]) -> None:
-    print(f"{'operation':<34} {'raw us':>8} {'sdk us':>8} {'sdk/raw':>8}   sdk rounds")
-    total_raw = total_sdk = 0.0
+    print(f"{'operation':<34} {'raw us':>8} {'sdk us':>8} {'sdk/raw':>8}   sdk/raw per round")
     names = {
         "quote": "POST /quotes",
         "order": "POST /orders (limiter, intent gate)",
@@ -323,13 +324,27 @@ def report(figures: dict[str, dict[str, Figures]]) -> None:
         "slots": "GET /orders/{id}/pickup_avail..",
         "pickup": "POST /orders/{id}/schedule_pick..",
     }
-    for op, sides in figures.items():
-        raw, sdk = sides["raw"].mean_us(), sides["sdk"].mean_us()
-        total_raw += raw
-        total_sdk += sdk
-        rounds = " ".join(f"{value:.0f}" for value in sides["sdk"].per_round)
-        print(f"{names[op]:<34} {raw:8.1f} {sdk:8.1f} {sdk / raw:8.2f}x   {rounds}")
-    print(f"{'a job (sum)':<34} {total_raw:8.1f} {total_sdk:8.1f} {total_sdk / total_raw:8.2f}x")
+    rows = {name: sides for name, sides in figures.items()}
+    job = {
+        side: Figures(
+            [
+                sum(values)
+                for values in zip(*(s[side].per_round for s in rows.values()), strict=True)
+            ]
+        )
+        for side in ("raw", "sdk")
+    }
+    for name, sides in [*((names[op], sides) for op, sides in rows.items()), ("a job", job)]:
+        # Each round's pair ran back to back: their ratio is what a load that comes and
+        # goes on a shared machine disturbs least, so the column is the median of those.
+        ratios = [
+            sdk / raw
+            for raw, sdk in zip(*(sides[s].per_round for s in ("raw", "sdk")), strict=True)
+        ]
+        print(
+            f"{name:<34} {sides['raw'].median_us():8.1f} {sides['sdk'].median_us():8.1f} "
+            f"{statistics.median(ratios):8.2f}x   {' '.join(f'{r:.2f}' for r in ratios)}"
+        )
 
 
 def main() -> None:
