@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, date, datetime, time
 from decimal import Decimal
 from typing import Any
@@ -27,7 +28,7 @@ from shipping_async.models import (
     decoder,
     validate_request,
 )
-from shipping_async.models._base import DayMonthYear
+from shipping_async.models._base import ApiTimestamp, ClockTime, DayMonthYear, HourMinute
 from shipping_async.models.orders import _OrderEnvelope
 from shipping_async.models.quotes import _QuoteEnvelope
 
@@ -330,3 +331,60 @@ def test_the_walk_visits_only_what_may_hold_wire_forms_and_follows_a_struct_into
     assert tree == {"when": "2026-01-07", "children": [{"when": "2026-01-08", "children": [{}]}]}
     bad = {"children": [{}, {"when": "31-02-2026"}]}
     assert [field for field, _ in _base._wire_forms(bad, _Node | None, "")] == ["children[1].when"]
+
+
+@given(day=st.dates(), start=st.times(), end=st.times())
+def test_a_pickup_request_writes_what_its_wire_types_write(
+    day: date, start: time, end: time
+) -> None:
+    request = SchedulePickupRequest(scheduled_date=day, time_from=start, time_to=end)
+    assert request.to_wire()["scheduled_pickup"] == {
+        "time_from": HourMinute.of(start).wire(),
+        "time_to": HourMinute.of(end).wire(),
+        "scheduled_date": DayMonthYear.of(day).wire(),
+    }
+
+
+# -- answer wire forms: the quick ways read as the regex ways ------------------------------
+
+
+def timestamp_by_regex(text: str) -> object:
+    """ApiTimestamp.parse as it was: the regex and int() for every text."""
+    match = re.fullmatch(
+        r"(\d{4})/(\d{1,2})/(\d{1,2}) (\d{1,2}):(\d{1,2}):(\d{1,2}) UTC", text.strip()
+    )
+    if match is None:
+        return ValueError
+    try:
+        return datetime(*map(int, match.groups()), tzinfo=UTC)
+    except ValueError:
+        return ValueError
+
+
+def read(parse: Any, text: str) -> object:
+    try:
+        return parse(text)
+    except ValueError:
+        return ValueError
+
+
+@given(
+    st.from_regex(r"[0-9]{4}/[0-9]{2}/[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2} UTC", fullmatch=True)
+    | st.from_regex(r"\d{4}/\d{1,2}/\d{1,2} \d{1,2}:\d{1,2}:\d{1,2} UTC", fullmatch=True)
+    | st.sampled_from(["2026/01/05 24:00:00 UTC", "2026/02/29 10:00:00 UTC", "2026/1/5 9:3:1 UTC"])
+)
+def test_a_timestamp_reads_as_the_regex_reads_it(text: str) -> None:
+    parsed = read(ApiTimestamp.parse, text)
+    assert parsed == timestamp_by_regex(text)
+    if parsed is not ValueError:
+        assert type(parsed) is ApiTimestamp
+        assert parsed.tzinfo is UTC
+
+
+@given(st.from_regex(r"\s?\d{1,3}[-:.]\d{1,3}([-:.]\d{1,5})?\s?", fullmatch=True))
+def test_remembered_dates_and_times_of_day_read_the_same_every_time(text: str) -> None:
+    for parse in (DayMonthYear.parse, ClockTime.parse, HourMinute.parse):
+        first, again = read(parse, text), read(parse, text)
+        assert first == again
+        if first is not ValueError:
+            assert type(first) is type(again) is parse.__self__

@@ -68,11 +68,13 @@ class SchedulePickupRequest(Model):
             raise RequestValidationError("time_to", "must be a later minute than time_from")
 
     def to_wire(self) -> dict[str, Any]:
+        # HourMinute.of(t).wire() and DayMonthYear.of(d).wire(), without making either.
+        start, end, day = self.time_from, self.time_to, self.scheduled_date
         return {
             "scheduled_pickup": {
-                "time_from": HourMinute.of(self.time_from).wire(),
-                "time_to": HourMinute.of(self.time_to).wire(),
-                "scheduled_date": DayMonthYear.of(self.scheduled_date).wire(),
+                "time_from": f"{start.hour:02d}:{start.minute:02d}",
+                "time_to": f"{end.hour:02d}:{end.minute:02d}",
+                "scheduled_date": f"{day.day:02d}-{day.month:02d}-{day.year:04d}",
             }
         }
 
