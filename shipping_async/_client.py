@@ -21,13 +21,12 @@ from shipping_async._bounded import DEFAULT_MAX_RESPONSE_BYTES
 from shipping_async._decode import Answer, read_answer
 from shipping_async._estimates import EstimateBook
 from shipping_async._hooks import ClientHooks, Subscribers, observe_call
-from shipping_async._http import RequestOptions, Secret, configure_logging, exchange
+from shipping_async._http import Exchange, RequestOptions, Secret, configure_logging
 from shipping_async._order_wait import Settle
 from shipping_async._retry import Operation, RetryPolicy
-from shipping_async._send import send_with_retries
-from shipping_async._send_gate import send_gate
+from shipping_async._send import retry_after, send_with_retries
 from shipping_async.clock import Clock, ScaledClock, SystemClock
-from shipping_async.errors import ConfigurationError
+from shipping_async.errors import APIError, ConfigurationError
 from shipping_async.limiter import OrderLimiter, RollingWindowLimiter
 from shipping_async.models._base import enc_hook
 from shipping_async.resources import Orders, Quotes, Webhooks
@@ -437,49 +436,42 @@ class AsyncShippingClient:
                 url = self._urls[operation.path] = self._url(operation.path)
         else:
             url = self._url(operation.path)
-        rate = None if order_limited else self._request_rate_limiter
         observed = observe_call(self._hooks, operation)
-        what = f"{operation.method} {operation.path}"
         lenient = self._lenient
 
         def parse(raw: bytes) -> T:
-            result = read_answer(raw, answer, lenient=lenient, what=what)
+            result = read_answer(
+                raw, answer, lenient=lenient, what=f"{operation.method} {operation.path}"
+            )
             if raw_sink is not None:
                 raw_sink(raw)
             return result
 
-        async def attempt() -> T:
-            if rate is not None:
-                await rate.acquire()
-            observed.sending()
-            try:
-                result = await exchange(
-                    session,
-                    url=url,
-                    method=operation.method,
-                    path=operation.path,
-                    token=self._token,
-                    parse=parse,
-                    limits=limits,
-                    clock=self._clock,
-                    json_body=json_body,
-                    form=form,
-                    # Only an order's attempt has a gate (set by send_with_retries).
-                    gate=send_gate.get() if order_limited else None,
-                    on_status=observed.status,
-                    max_response_bytes=self._max_response_bytes,
-                )
-            except BaseException as exc:
-                observed.answered(exc)
-                raise
-            observed.answered(None)
-            return result
-
+        attempt = Exchange(
+            session,
+            url=url,
+            method=operation.method,
+            path=operation.path,
+            token=self._token,
+            parse=parse,
+            limits=limits,
+            clock=self._clock,
+            json_body=json_body,
+            form=form,
+            gated=order_limited,
+            observer=observed,
+            rate=None if order_limited else self._request_rate_limiter,
+            max_response_bytes=self._max_response_bytes,
+        )
         with observed:
             if not order_limited:
-                return await send_with_retries(
-                    attempt, operation=operation, policy=policy, clock=self._clock
-                )
+                # send_with_retries' way without a limiter, its first attempt made here.
+                try:
+                    return await attempt()
+                except APIError as exc:
+                    return await retry_after(
+                        exc, attempt, operation=operation, policy=policy, clock=self._clock
+                    )
             return await send_with_retries(
                 attempt,
                 operation=operation,

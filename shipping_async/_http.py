@@ -12,7 +12,7 @@ import asyncio
 import logging
 import os
 from collections.abc import Callable, Mapping
-from typing import Final, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Final, Generic, Protocol, TypedDict, TypeVar
 
 import aiohttp
 import msgspec
@@ -26,7 +26,7 @@ from shipping_async._bounded import (
     read_capped,
 )
 from shipping_async._retry import parse_retry_after
-from shipping_async._send_gate import GatedBody, SendGate
+from shipping_async._send_gate import GatedBody, send_gate
 from shipping_async._version import __version__
 from shipping_async.clock import Clock
 from shipping_async.errors import (
@@ -38,12 +38,16 @@ from shipping_async.errors import (
 )
 from shipping_async.telemetry.logs import formatter
 
+if TYPE_CHECKING:
+    from aiolimiter import AsyncLimiter
+
 __all__ = [
     "USER_AGENT",
+    "Exchange",
+    "Observer",
     "RequestOptions",
     "Secret",
     "configure_logging",
-    "exchange",
     "path_id",
     "redact",
 ]
@@ -149,114 +153,192 @@ def _headers(token: Secret, *, json: bool) -> dict[str, str]:
     return headers
 
 
-async def exchange(
-    session: aiohttp.ClientSession,
-    *,
-    url: str | URL,
-    method: str,
-    path: str,
-    token: Secret,
-    parse: Callable[[bytes], T],
-    limits: aiohttp.ClientTimeout,
-    clock: Clock,
-    json_body: bytes | None = None,
-    form: Callable[[], aiohttp.FormData] | None = None,
-    gate: SendGate | None = None,
-    on_status: Callable[[int], object] | None = None,
-    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
-) -> T:
-    """Send one request and return ``parse(body)`` of a 2xx answer.
+class Observer(Protocol):
+    """Who hears of each attempt of an exchange (the client's hooks)."""
 
-    ``on_status`` hears the answer's status as soon as it is read (for the client hooks).
-    ``gate`` (an order's, opened at the write): the JSON body opens it right before it
-    is written (:class:`~shipping_async._send_gate.GatedBody`).
+    def sending(self) -> None: ...
 
-    Raises the status error for 3xx-5xx (built by
+    def status(self, status: int) -> None: ...
+
+    def answered(self, error: BaseException | None) -> None: ...
+
+
+class Exchange(Generic[T]):
+    """One request of a call, ready to send: each ``await exchange()`` is one attempt,
+    which returns ``parse(body)`` of a 2xx answer.
+
+    Made once per call (not per attempt). ``rate`` (an ``aiolimiter.AsyncLimiter``) is
+    passed before every attempt; ``observer`` hears each attempt start, its answer's
+    status as soon as it is read, and how it ended. ``gated``: an order's attempt, whose
+    :class:`~shipping_async._send_gate.SendGate` (in
+    :data:`~shipping_async._send_gate.send_gate`) the JSON body opens right before it is
+    written (:class:`~shipping_async._send_gate.GatedBody`).
+
+    An attempt raises the status error for 3xx-5xx (built by
     :func:`~shipping_async.errors.error_for_status`), ``APITimeoutError`` or
     ``APIConnectionError`` from aiohttp's exception, and ``APIResponseValidationError``
     when a 2xx body does not parse.
     """
-    # The revealed header dict is never a local of this frame (nor is the token): frames
-    # that raise keep their locals, and whatever prints them would print the token.
-    data: bytes | aiohttp.FormData | GatedBody | None = form() if form is not None else json_body
-    if gate is not None and gate.at_write and json_body is not None and form is None:
-        data = GatedBody(json_body, gate)
-    debug = _log.isEnabledFor(logging.DEBUG)
-    if debug:
-        started = asyncio.get_running_loop().time()
-        size = len(json_body) if json_body is not None else 0
-        kind = "multipart" if form is not None else f"{size} bytes"
-        _log.debug(
-            "-> %s %s %s headers=%s",
-            method,
-            url,
-            kind,
-            redact(token.headers(json=form is None)),
+
+    __slots__ = (
+        "clock",
+        "form",
+        "gated",
+        "json_body",
+        "limits",
+        "max_response_bytes",
+        "method",
+        "observer",
+        "parse",
+        "path",
+        "rate",
+        "session",
+        "token",
+        "url",
+    )
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        *,
+        url: str | URL,
+        method: str,
+        path: str,
+        token: Secret,
+        parse: Callable[[bytes], T],
+        limits: aiohttp.ClientTimeout,
+        clock: Clock,
+        json_body: bytes | None = None,
+        form: Callable[[], aiohttp.FormData] | None = None,
+        gated: bool = False,
+        observer: Observer | None = None,
+        rate: AsyncLimiter | None = None,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+    ) -> None:
+        self.session = session
+        self.url = url
+        self.method = method
+        self.path = path
+        self.token = token
+        self.parse = parse
+        self.limits = limits
+        self.clock = clock
+        self.json_body = json_body
+        self.form = form
+        self.gated = gated
+        self.observer = observer
+        self.rate = rate
+        self.max_response_bytes = max_response_bytes
+
+    async def __call__(self) -> T:
+        # The revealed header dict is never a local of this frame (nor is the token):
+        # frames that raise keep their locals, and whatever prints them would print it.
+        if self.rate is not None:
+            await self.rate.acquire()
+        observer = self.observer
+        if observer is not None:
+            observer.sending()
+        method, path, token, form, json_body = (
+            self.method,
+            self.path,
+            self.token,
+            self.form,
+            self.json_body,
         )
-    try:
-        status, answer_headers, raw = await _send(
-            session,
-            method,
-            url,
-            data=data,
-            token=token,
-            json=form is None,
-            limits=limits,
-            max_response_bytes=max_response_bytes,
-        )
-        if on_status is not None:
-            on_status(status)
-    except AnswerTooLarge as exc:
-        raise APIResponseValidationError(
-            f"{method} {path}: the {exc.status} answer is longer than {max_response_bytes} "
-            "bytes (max_response_bytes); it was not read",
-            method=method,
-            path=path,
-            status=exc.status,
-            headers=_scrub_headers(exc.headers, token),
-            body=b"",
-        ) from discreet(exc)
-    except TimeoutError as exc:  # asyncio's, aiohttp's ServerTimeoutError and subclasses
-        raise APITimeoutError(
-            f"{method} {path}: no answer within {limits.total:g} s ({type(exc).__name__})",
-            method=method,
-            path=path,
-        ) from discreet(exc)
-    except aiohttp.ClientError as exc:
-        raise APIConnectionError(
-            f"{method} {path}: {type(exc).__name__}: {exc}", method=method, path=path
-        ) from discreet(exc)
-    if debug:  # not even the arguments otherwise: every request
-        _log.debug(
-            "<- %s %s %d in %.3f s (%d bytes)",
-            method,
-            url,
-            status,
-            asyncio.get_running_loop().time() - started,
-            len(raw),
-        )
-    if status >= 300:
-        # A proxy or debug page may echo the request headers back: keep the token out of
-        # the error's text, body and headers.
-        raise error_for_status(
-            status,
-            raw,
-            method=method,
-            path=path,
-            retry_after=parse_retry_after(answer_headers.get("Retry-After"), clock.now()),
-            headers=answer_headers,
-        )
-    try:
-        return parse(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as exc:
-        raise APIResponseValidationError(
-            f"{method} {path}: the {status} answer does not decode: {exc}",
-            method=method,
-            path=path,
-            status=status,
-            headers=answer_headers,
-            body=raw,
-        ) from exc
+        try:
+            data: bytes | aiohttp.FormData | GatedBody | None = (
+                form() if form is not None else json_body
+            )
+            if self.gated and json_body is not None and form is None:
+                gate = send_gate.get()
+                if gate is not None and gate.at_write:
+                    data = GatedBody(json_body, gate)
+            debug = _log.isEnabledFor(logging.DEBUG)
+            if debug:
+                started = asyncio.get_running_loop().time()
+                size = len(json_body) if json_body is not None else 0
+                kind = "multipart" if form is not None else f"{size} bytes"
+                _log.debug(
+                    "-> %s %s %s headers=%s",
+                    method,
+                    self.url,
+                    kind,
+                    redact(token.headers(json=form is None)),
+                )
+            try:
+                status, answer_headers, raw = await _send(
+                    self.session,
+                    method,
+                    self.url,
+                    data=data,
+                    token=token,
+                    json=form is None,
+                    limits=self.limits,
+                    max_response_bytes=self.max_response_bytes,
+                )
+                if observer is not None:
+                    observer.status(status)
+            except AnswerTooLarge as exc:
+                raise APIResponseValidationError(
+                    f"{method} {path}: the {exc.status} answer is longer than "
+                    f"{self.max_response_bytes} bytes (max_response_bytes); it was not read",
+                    method=method,
+                    path=path,
+                    status=exc.status,
+                    headers=_scrub_headers(exc.headers, token),
+                    body=b"",
+                ) from discreet(exc)
+            except TimeoutError as exc:  # asyncio's, aiohttp's ServerTimeoutError and subclasses
+                raise APITimeoutError(
+                    f"{method} {path}: no answer within {self.limits.total:g} s "
+                    f"({type(exc).__name__})",
+                    method=method,
+                    path=path,
+                ) from discreet(exc)
+            except aiohttp.ClientError as exc:
+                raise APIConnectionError(
+                    f"{method} {path}: {type(exc).__name__}: {exc}", method=method, path=path
+                ) from discreet(exc)
+            if debug:  # not even the arguments otherwise: every request
+                _log.debug(
+                    "<- %s %s %d in %.3f s (%d bytes)",
+                    method,
+                    self.url,
+                    status,
+                    asyncio.get_running_loop().time() - started,
+                    len(raw),
+                )
+            if status >= 300:
+                # A proxy or debug page may echo the request headers back: keep the token
+                # out of the error's text, body and headers.
+                raise error_for_status(
+                    status,
+                    raw,
+                    method=method,
+                    path=path,
+                    retry_after=parse_retry_after(
+                        answer_headers.get("Retry-After"), self.clock.now()
+                    ),
+                    headers=answer_headers,
+                )
+            try:
+                result = self.parse(raw)
+            except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as exc:
+                raise APIResponseValidationError(
+                    f"{method} {path}: the {status} answer does not decode: {exc}",
+                    method=method,
+                    path=path,
+                    status=status,
+                    headers=answer_headers,
+                    body=raw,
+                ) from exc
+        except BaseException as exc:
+            if observer is not None:
+                observer.answered(exc)
+            raise
+        if observer is not None:
+            observer.answered(None)
+        return result
 
 
 async def _send(
@@ -273,7 +355,7 @@ async def _send(
     """The answer's status, headers and body, the token scrubbed from the last two.
 
     A proxy or debug page may echo the request headers back. The answer is scrubbed here,
-    before :func:`exchange` holds it, so that no frame that raises a status or decoding
+    before :class:`Exchange` holds it, so that no frame that raises a status or decoding
     error holds the token in its locals; this frame's own locals go with the aiohttp
     exception's traceback, which :func:`~shipping_async._bounded.discreet` drops.
     """

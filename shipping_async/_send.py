@@ -43,7 +43,7 @@ from shipping_async.errors import (
 )
 from shipping_async.limiter import OrderLimiter, Permit
 
-__all__ = ["MAX_LEARNED_SECONDS", "send_with_retries"]
+__all__ = ["MAX_LEARNED_SECONDS", "retry_after", "send_with_retries"]
 
 T = TypeVar("T")
 
@@ -117,13 +117,14 @@ async def send_with_retries(
                 except BaseException:
                     await _not_sent(limiter, permit, intent)
                     raise
-        owned: asyncio.Future[T] | None = None
+        owned: asyncio.Task[T] | None = None
         context = send_gate.set(gate)
         try:
             if settle is not None:
                 # Our own task, so that a cancelled caller can leave it running.
                 owned = asyncio.ensure_future(attempt())
-                result = await asyncio.shield(owned)
+                await _finished(owned)
+                result = owned.result()
             else:
                 result = await attempt()
         except APIError as exc:
@@ -209,13 +210,29 @@ async def _send_unlimited(
 ) -> T:
     """:func:`send_with_retries` without a limiter: no permit, no intent, no gate; only
     the retry rules and the backoff between re-sends."""
+    try:
+        return await attempt()
+    except APIError as exc:
+        return await retry_after(exc, attempt, operation=operation, policy=policy, clock=clock)
+
+
+async def retry_after(
+    error: APIError,
+    attempt: Callable[[], Awaitable[T]],
+    *,
+    operation: Operation,
+    policy: RetryPolicy,
+    clock: Clock,
+) -> T:
+    """Carry on :func:`send_with_retries` without a limiter after a first attempt raised
+    ``error``: re-send while the retry rules allow, else raise what they say.
+
+    (The client makes the first attempt itself, so that a request that succeeds at once
+    passes through one coroutine less.)
+    """
     delays: Iterator[float] | None = None
     retries = 0
     while True:
-        try:
-            return await attempt()
-        except APIError as exc:
-            error: APIError = exc
         step = decide(
             error,
             operation,
@@ -246,6 +263,10 @@ async def _send_unlimited(
             policy.max_retries,
         )
         await clock.sleep(delay)
+        try:
+            return await attempt()
+        except APIError as exc:
+            error = exc
 
 
 async def _pause_after_429(
@@ -277,6 +298,21 @@ async def _pause_after_429(
         policy.max_rate_limit_retries,
     )
     await limiter.pause(seconds, limit=limit, window=real_window)
+
+
+def _finished(task: asyncio.Task[T]) -> asyncio.Future[None]:
+    """A future done when ``task`` is: awaiting it, a cancelled caller cancels only it.
+
+    asyncio.shield without its extras (the task is ours and nobody else awaits it).
+    """
+    waiter: asyncio.Future[None] = task.get_loop().create_future()
+
+    def done(_: object) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    task.add_done_callback(done)
+    return waiter
 
 
 def _may_have_arrived(error: BaseException | None, *, gate: SendGate | None) -> bool:
