@@ -56,6 +56,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from shipping_async.bulk._gate import OrderGate  # noqa: E402
+from shipping_async.bulk._places import Signal  # noqa: E402
 from shipping_async.bulk.journal import JobRecord, JobState  # noqa: E402
 from shipping_async.bulk.readers import read_jobs  # noqa: E402
 from shipping_async.clock import ScaledClock  # noqa: E402
@@ -180,7 +181,7 @@ async def run_once(args: argparse.Namespace, spec: str, redis_url: str) -> Resul
     writer: Any = journal if "journal" in kinds else _NoJournal()
     limiters: dict[str, OrderLimiter] = {}
     gates: dict[str, OrderGate] = {}
-    stop = asyncio.Event()
+    stop = Signal()  # the runner's stop event
     redis = aioredis.Redis.from_url(redis_url)
     await redis.flushall()
     await redis.config_resetstat()
