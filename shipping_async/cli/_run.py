@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shipping_async.bulk.choice import EstimateChooser
+from shipping_async.cli import _gc
 from shipping_async.cli import _loop as event_loop
 from shipping_async.cli._common import drain, showing, store_failure, store_failure_code
 from shipping_async.cli._evidence import (
@@ -107,7 +108,8 @@ def execute(plan: RunPlan) -> int:
 
     configure_logging()
     try:
-        return event_loop.run(_Execution(plan).main())
+        with _gc.long_run():
+            return event_loop.run(_Execution(plan).main())
     except (KeyboardInterrupt, asyncio.CancelledError):  # the second Ctrl-C
         if plan.shared:
             print(
@@ -140,6 +142,7 @@ class _Execution:
             if run is None:
                 return SETUP
             self.path = run.path
+            _gc.freeze_start_up()  # what opening made lives as long as the run
             try:
                 return await (self._feed(run) if plan.fed else self._drain(run))
             except _Failed as failed:
