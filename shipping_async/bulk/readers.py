@@ -171,7 +171,7 @@ def count_rows(path: str | Path) -> int:
     path = Path(path)
     if _is_jsonl(path):
         return sum(1 for _, line in _lines(path) if line.strip())
-    return sum(1 for _ in _csv_rows(path))
+    return max(0, sum(1 for _ in _csv_records(path)) - 1)  # the header is no row
 
 
 def _is_jsonl(path: Path) -> bool:
@@ -202,35 +202,66 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
             yield number, text.removeprefix("\ufeff") if number == 1 else text
 
 
-def _csv_rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
+def _csv_records(path: Path) -> Iterator[tuple[int, list[str], bool]]:
+    """Each CSV record as :class:`csv.DictReader` sees it: ``(line, cells, has_nul)``,
+    the header first, blank lines skipped; ``line`` as ``DictReader.line_num`` has it
+    (where the record ends); ``has_nul``: the record's lines held a NUL (carried as
+    :data:`_NUL_STAND_IN`)."""
     read = 0  # the last line handed to the parser: where a parse error is
+    nul = False
 
     def lines() -> Iterator[str]:
-        nonlocal read
+        nonlocal read, nul
         for read, line in _lines(path):  # noqa: B007 - read is the parser's position
-            yield line.replace("\x00", _NUL_STAND_IN)
+            if "\x00" in line:
+                nul = True
+                yield line.replace("\x00", _NUL_STAND_IN)
+            else:
+                yield line
 
-    rows = csv.DictReader(lines())
+    records = csv.reader(lines())
+    first = True
     while True:
         try:
-            row = next(rows)
+            record = next(records)
+            while not first and record == []:  # DictReader skips blank rows, not the header
+                record = next(records)
         except StopIteration:
             return
         except csv.Error as exc:
             raise InputFileError(str(path), read, str(exc)) from None
+        first = False
+        yield records.line_num, record, nul
+        nul = False
+
+
+def _csv_rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
+    """``(line, cells)`` of each data row: the cells by column name, names and values
+    stripped (a column whose name is empty, and cells beyond the header, left out; a
+    missing cell is empty)."""
+    records = _csv_records(path)
+    header = next(records, None)
+    if header is None:
+        return
+    names = [_restore_nul(name).strip() for name in header[1]]
+    columns = [(index, name) for index, name in enumerate(names) if name]
+    for line, record, nul in records:
+        if nul:
+            record = [_restore_nul(cell) for cell in record]
+        size = len(record)
         yield (
-            rows.line_num,
-            {
-                k.replace(_NUL_STAND_IN, "\x00"): (v or "").replace(_NUL_STAND_IN, "\x00")
-                for k, v in row.items()
-                if k and isinstance(v, str | None)
-            },
+            line,
+            {name: record[index].strip() if index < size else "" for index, name in columns},
         )
 
 
+def _restore_nul(text: str) -> str:
+    return text.replace(_NUL_STAND_IN, "\x00")
+
+
 def _read_csv(path: Path) -> Iterator[tuple[int, ShipmentJob | InvalidJob]]:
-    for line, row in _csv_rows(path):
-        yield line, _job_or_error(row, line)
+    for line, cells in _csv_rows(path):
+        yield line, _job_from_cells(cells, line)
 
 
 def _read_jsonl(path: Path) -> Iterator[tuple[int, ShipmentJob | InvalidJob]]:
@@ -272,7 +303,13 @@ def _nested(data: dict[str, Any], line: int) -> ShipmentJob | InvalidJob:
 
 
 def _job_or_error(row: dict[str, str], line: int) -> ShipmentJob | InvalidJob:
-    cells = {name.strip(): (value or "").strip() for name, value in row.items()}
+    return _job_from_cells(
+        {name.strip(): (value or "").strip() for name, value in row.items()}, line
+    )
+
+
+def _job_from_cells(cells: dict[str, str], line: int) -> ShipmentJob | InvalidJob:
+    """The job of one flat row (names and values stripped), or why it is none."""
     key = cells.get("key") or cells.get("customer_reference") or f"line-{line}"
     try:
         job = msgspec.convert(_nest(cells), ShipmentJob, strict=False)
@@ -307,62 +344,89 @@ def _validate(job: ShipmentJob) -> None:
 
 
 def _nest(cells: dict[str, str]) -> dict[str, Any]:
+    get = cells.get
     for name in _REQUIRED:
-        if not cells.get(name):
+        if not get(name):
             raise RowError(name, "required, and empty or missing")
-    origin, destination = _address(cells, "origin"), _address(cells, "destination")
+    origin, quote_origin = _address(cells, _ORIGIN)
+    destination, quote_destination = _address(cells, _DESTINATION)
     quote: dict[str, Any] = {
         name: _flag(cells, name, default) for name, default in _QUOTE_FLAGS.items()
     }
     count = _int(cells, "package_count", 1)
-    package = {dim: cells[f"package_{dim}"] for dim in ("weight", "length", "width", "height")}
+    package = {dim: cells[column] for dim, column in _PACKAGE_COLUMNS}
+    purpose = get("purpose_of_shipment_id") or "1"
     quote.update(
         origin_country_id=cells["origin_country_id"],
         destination_country_id=cells["destination_country_id"],
-        purpose_of_shipment_id=cells.get("purpose_of_shipment_id") or "1",
+        purpose_of_shipment_id=purpose,
         value_of_goods=cells["value_of_goods"],
         value_of_goods_currency_id=cells["value_of_goods_currency_id"],
         mass_unit=cells["mass_unit"],
         distance_unit=cells["distance_unit"],
         packages=[package] * count,
-        origin_address={k: v for k, v in origin.items() if not k.endswith("_code")},
-        destination_address={k: v for k, v in destination.items() if not k.endswith("_code")},
+        origin_address=quote_origin,
+        destination_address=quote_destination,
     )
     order: dict[str, Any] = {
         "origin_address": origin,
         "destination_address": destination,
         "customer_reference": cells["customer_reference"],
         "description_of_contents": cells["description_of_contents"],
-        "purpose_of_shipment_id": quote["purpose_of_shipment_id"],
-        "pickup_instructions": cells.get("pickup_instructions", ""),
+        "purpose_of_shipment_id": purpose,
+        "pickup_instructions": get("pickup_instructions", ""),
     }
-    if any(cells.get(f"hs_{name}") for name in _HS_FIELDS):
-        hs = {name: cells.get(f"hs_{name}", "") for name in _HS_FIELDS}
+    hs = {name: get(column, "") for name, column in _HS_COLUMNS}
+    if any(hs.values()):
         hs["country_id"] = hs["country_id"] or cells["origin_country_id"]
         order["hs_codes"] = [{k: v for k, v in hs.items() if v}]
     nested: dict[str, Any] = {"quote": quote, "order": order}
     pickup = {
-        "earliest_date": cells.get("pickup_earliest_date"),
+        "earliest_date": get("pickup_earliest_date"),
         "window_start": _hhmm(cells, "pickup_window_start"),
         "window_end": _hhmm(cells, "pickup_window_end"),
     }
     if any(pickup.values()):
         nested["pickup"] = {k: v for k, v in pickup.items() if v}
     for name in ("key", "account"):
-        if cells.get(name):
-            nested[name] = cells[name]
+        value = get(name)
+        if value:
+            nested[name] = value
     return nested
 
 
-def _address(cells: dict[str, str], side: str) -> dict[str, Any]:
-    code = "export_code" if side == "origin" else "import_code"
-    address: dict[str, Any] = {
-        name: cells[f"{side}_{name}"]
-        for name in (*_ADDRESS_FIELDS, code)
-        if cells.get(f"{side}_{name}")
-    }
-    address["country_id"] = cells[f"{side}_country_id"]
-    return address
+#: One side's address columns: (field, column, whether the quote's address has it too:
+#: not the fields named ``*_code``), then the column of its country.
+_Side = tuple[tuple[tuple[str, str, bool], ...], str]
+
+
+def _side(side: str, code: str) -> _Side:
+    fields = (*_ADDRESS_FIELDS, code)
+    columns = tuple((name, f"{side}_{name}", not name.endswith("_code")) for name in fields)
+    return columns, f"{side}_country_id"
+
+
+_ORIGIN = _side("origin", "export_code")
+_DESTINATION = _side("destination", "import_code")
+_PACKAGE_COLUMNS = tuple((dim, f"package_{dim}") for dim in ("weight", "length", "width", "height"))
+_HS_COLUMNS = tuple((name, f"hs_{name}") for name in _HS_FIELDS)
+_HHMM = re.compile(r"\d{1,2}:\d{2}")
+
+
+def _address(cells: dict[str, str], side: _Side) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One side's address for the order (with its export or import code) and for the
+    quote (without)."""
+    columns, country = side
+    address: dict[str, Any] = {}
+    quoted: dict[str, Any] = {}
+    for name, column, in_quote in columns:
+        value = cells.get(column)
+        if value:
+            address[name] = value
+            if in_quote:
+                quoted[name] = value
+    address["country_id"] = quoted["country_id"] = cells[country]
+    return address, quoted
 
 
 def _flag(cells: dict[str, str], name: str, default: bool) -> bool:
@@ -393,7 +457,7 @@ def _hhmm(cells: dict[str, str], name: str) -> str | None:
     value = cells.get(name, "")
     if not value:
         return None
-    if not re.fullmatch(r"\d{1,2}:\d{2}", value):
+    if not _HHMM.fullmatch(value):
         raise RowError(name, f"expected HH:MM, got {value!r}")
     hour, minute = value.split(":")
     return f"{int(hour):02d}:{minute}:00"
