@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Collection, Mapping
@@ -52,8 +54,8 @@ def read_column(key: str, column: str, decode: Callable[[Any], T], raw: Any) -> 
 
 def check_fields(fields: Mapping[str, Any]) -> None:
     """Refuse names that are not :class:`JobFields` (a typo must not vanish silently)."""
-    unknown = set(fields) - JOB_FIELDS
-    if unknown:
+    if not JOB_FIELDS.issuperset(fields):
+        unknown = set(fields) - JOB_FIELDS
         raise TypeError(f"not job fields: {', '.join(sorted(unknown))}")
 
 
@@ -71,8 +73,24 @@ def not_unknown(key: str, state: JobState) -> JournalStateError:
 
 
 def new_token() -> str:
-    """A claim token: new for every claim, never reused."""
-    return uuid.uuid4().hex
+    """A claim token: new for every claim, never reused.
+
+    A random prefix per process (drawn again in a forked child) and a counter: unique
+    without a system call for random bytes per claim (a uuid4 each was ~1.5 us).
+    """
+    return f"{_token_prefix}{next(_token_count):016x}"
+
+
+def _new_token_source() -> None:
+    global _token_prefix, _token_count
+    _token_prefix = uuid.uuid4().hex[:16]
+    _token_count = itertools.count()
+
+
+_token_prefix = ""
+_token_count = itertools.count()
+_new_token_source()
+os.register_at_fork(after_in_child=_new_token_source)
 
 
 def lease_lost(key: str) -> LeaseLostError:

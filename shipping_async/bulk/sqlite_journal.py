@@ -123,6 +123,7 @@ class SQLiteJournal(JournalStore):
         self._clock = clock
         self._pending: list[Write] = []
         self._flusher: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop its writes run on
         self._closed = False
         #: Jobs added or claimed through this journal, decoded, with their stored bytes:
         #: a claim takes the job from here instead of decoding (and checking) it again,
@@ -605,7 +606,9 @@ class SQLiteJournal(JournalStore):
         """
         if self._closed:
             raise JournalError("the journal is closed")
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None:  # (each asyncio.get_running_loop() is a getpid() system call)
+            loop = self._loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         self._pending.append((fn, future, atomic))
         if self._flusher is None or self._flusher.done():

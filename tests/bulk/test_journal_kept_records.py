@@ -9,6 +9,7 @@ same writes.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Awaitable, Callable
 from datetime import date, time
 from decimal import Decimal
@@ -208,3 +209,22 @@ async def test_writes_queued_while_an_intent_commits_ride_in_its_commit(
         await journal.begin_order(tokens["PO-0000"], "PO-0000", quote_id=1, estimate_id=2)
         assert [record.quote_id for record in await asyncio.gather(*riders)] == [2, 2, 2]
         assert group_commits == 0  # they were answered by the intent's commit
+
+
+def test_claim_tokens_are_never_reused_not_even_by_a_forked_child() -> None:
+    from shipping_async.bulk._journal_store import new_token
+
+    mine = {new_token() for _ in range(1000)}
+    reader, writer = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child
+        os.write(writer, " ".join(new_token() for _ in range(100)).encode())
+        os._exit(0)
+    os.close(writer)
+    mine |= {new_token() for _ in range(100)}  # the parent goes on after the fork too
+    os.waitpid(child, 0)
+    with os.fdopen(reader) as pipe:
+        theirs = set(pipe.read().split())
+    assert len(mine) == 1100
+    assert len(theirs) == 100
+    assert not mine & theirs
