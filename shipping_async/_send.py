@@ -84,7 +84,7 @@ async def send_with_retries(
     """
     if limiter is None:
         return await _send_unlimited(attempt, operation=operation, policy=policy, clock=clock)
-    delays = policy.delays()
+    delays: Iterator[float] | None = None
     retries = rate_limited = 0
     front = False
     started = clock.monotonic()
@@ -92,7 +92,10 @@ async def send_with_retries(
     intent = order_intent.get()
     while True:
         try:
-            permit = await acquire_within(limiter, front=front, deadline=deadline, clock=clock)
+            if deadline is None:  # acquire_within's way without a deadline, a call less
+                permit = await limiter.acquire(front=front)
+            else:
+                permit = await acquire_within(limiter, front=front, deadline=deadline, clock=clock)
         except WaitExpired:
             assert max_wait is not None
             raise wait_timeout(
@@ -188,7 +191,12 @@ async def send_with_retries(
             )
             continue
         retries += 1
-        delay = clock.from_real(step.wait) if step.wait is not None else next(delays)
+        if step.wait is not None:
+            delay = clock.from_real(step.wait)
+        else:
+            if delays is None:
+                delays = policy.delays()
+            delay = next(delays)
         _log.info(
             "retrying %s %s in %.3g s after %s (retry %d of %d)",
             operation.method,
