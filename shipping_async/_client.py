@@ -18,7 +18,7 @@ import msgspec
 from yarl import URL
 
 from shipping_async._bounded import DEFAULT_MAX_RESPONSE_BYTES
-from shipping_async._decode import Answer, read_answer
+from shipping_async._decode import Answer
 from shipping_async._estimates import EstimateBook
 from shipping_async._hooks import ClientHooks, Subscribers, observe_call
 from shipping_async._http import Exchange, RequestOptions, Secret, configure_logging
@@ -437,23 +437,15 @@ class AsyncShippingClient:
         else:
             url = self._url(operation.path)
         observed = observe_call(self._hooks, operation)
-        lenient = self._lenient
-
-        def parse(raw: bytes) -> T:
-            result = read_answer(
-                raw, answer, lenient=lenient, what=f"{operation.method} {operation.path}"
-            )
-            if raw_sink is not None:
-                raw_sink(raw)
-            return result
-
         attempt = Exchange(
             session,
             url=url,
             method=operation.method,
             path=operation.path,
             token=self._token,
-            parse=parse,
+            answer=answer,
+            lenient=self._lenient,
+            raw_sink=raw_sink,
             limits=limits,
             clock=self._clock,
             json_body=json_body,

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import os
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Final, Generic, Protocol, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypedDict, TypeVar
 
 import aiohttp
 import msgspec
@@ -25,6 +25,7 @@ from shipping_async._bounded import (
     discreet,
     read_capped,
 )
+from shipping_async._decode import Answer, read_answer
 from shipping_async._retry import parse_retry_after
 from shipping_async._send_gate import GatedBody, send_gate
 from shipping_async._version import __version__
@@ -165,7 +166,9 @@ class Observer(Protocol):
 
 class Exchange(Generic[T]):
     """One request of a call, ready to send: each ``await exchange()`` is one attempt,
-    which returns ``parse(body)`` of a 2xx answer.
+    which returns the ``answer`` read from the body of a 2xx answer (strictly, or
+    ``lenient``; see :func:`~shipping_async._decode.read_answer`). ``raw_sink`` gets the
+    bytes of every answer read (the order ledger keeps them).
 
     Made once per call (not per attempt). ``rate`` (an ``aiolimiter.AsyncLimiter``) is
     passed before every attempt; ``observer`` hears each attempt start, its answer's
@@ -181,17 +184,19 @@ class Exchange(Generic[T]):
     """
 
     __slots__ = (
+        "answer",
         "clock",
         "form",
         "gated",
         "json_body",
+        "lenient",
         "limits",
         "max_response_bytes",
         "method",
         "observer",
-        "parse",
         "path",
         "rate",
+        "raw_sink",
         "session",
         "token",
         "url",
@@ -205,7 +210,9 @@ class Exchange(Generic[T]):
         method: str,
         path: str,
         token: Secret,
-        parse: Callable[[bytes], T],
+        answer: Answer[Any, T],
+        lenient: bool,
+        raw_sink: Callable[[bytes], None] | None = None,
         limits: aiohttp.ClientTimeout,
         clock: Clock,
         json_body: bytes | None = None,
@@ -220,7 +227,9 @@ class Exchange(Generic[T]):
         self.method = method
         self.path = path
         self.token = token
-        self.parse = parse
+        self.answer = answer
+        self.lenient = lenient
+        self.raw_sink = raw_sink
         self.limits = limits
         self.clock = clock
         self.json_body = json_body
@@ -322,7 +331,9 @@ class Exchange(Generic[T]):
                     headers=answer_headers,
                 )
             try:
-                result = self.parse(raw)
+                result = read_answer(
+                    raw, self.answer, lenient=self.lenient, what=f"{method} {path}"
+                )
             except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as exc:
                 raise APIResponseValidationError(
                     f"{method} {path}: the {status} answer does not decode: {exc}",
@@ -332,6 +343,8 @@ class Exchange(Generic[T]):
                     headers=answer_headers,
                     body=raw,
                 ) from exc
+            if self.raw_sink is not None:
+                self.raw_sink(raw)
         except BaseException as exc:
             if observer is not None:
                 observer.answered(exc)
