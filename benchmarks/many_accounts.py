@@ -29,12 +29,15 @@ worker log lines saying a lease could not be renewed or was lost; ``429``, ``exp
 more than once) from the sandbox's own request log; ``done`` from the journal. The CPU
 split (user + system seconds) is printed on stderr under each row.
 
-The workers run with a bytecode cache (``PYTHONPYCACHEPREFIX`` in the temp folder, filled
-before the first row), as a deployed worker does: a shell with ``PYTHONDONTWRITEBYTECODE``
-would otherwise have every worker compile each module it imports (~0.25 s of CPU).
-``BENCH_PROFILE=/path.prof`` runs the worker under cProfile; ``BENCH_PYSPY=/path.txt`` runs the
-measured process (worker or bulk) under ``py-spy record --format raw`` (collapsed stacks; its CPU
-figures then include py-spy's own).
+Everything runs this script's checkout: the sandbox and the workers run with its root as
+their ``cwd`` (``python -m`` puts the working directory first on ``sys.path``: run from
+another checkout, the script measured that one's code), and this process (which fills
+and reads the journals) imports from it first. The workers run with a bytecode cache
+(``PYTHONPYCACHEPREFIX`` in the temp folder, filled before the first row), as a deployed
+worker does: a shell with ``PYTHONDONTWRITEBYTECODE`` would otherwise have every worker
+compile each module it imports (~0.25 s of CPU). ``BENCH_PROFILE=/path.prof`` runs the worker
+under cProfile; ``BENCH_PYSPY=/path.txt`` runs the measured process (worker or bulk) under
+``py-spy record --format raw`` (collapsed stacks; its CPU figures then include py-spy's own).
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ import asyncpg
 import redis.asyncio as aioredis
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's shipping_async, whatever the venv installed
 ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 BENCH_DB = "shipping_bench"
 BENCH_DSN = f"postgresql://postgres@127.0.0.1:5432/{BENCH_DB}"
@@ -157,7 +161,7 @@ def sandbox_process(
     command += ["--tokens-file", str(tokens_file), "--speed", str(speed)]
     command += ["--rate-limit", str(rate_limit)]
     process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT
     )
     try:
         assert process.stdout is not None
@@ -243,7 +247,9 @@ def run_measured(command: list[str], env: dict[str, str], log: Path) -> tuple[in
     started = time.monotonic()
     command = [*PYSPY, *command]
     with log.open("wb") as output:
-        process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            command, env=env, stdout=output, stderr=subprocess.STDOUT, cwd=ROOT
+        )
         watch = PeakWatch(process.pid)
         _, status, usage = os.wait4(process.pid, 0)
         peak = watch.stop()
@@ -323,7 +329,8 @@ def warm_bytecode() -> None:
     """Compile what a worker imports into the shared cache, before anything is measured."""
     modules = "shipping_async.cli._run, shipping_async.scaleout.postgres_journal, "
     modules += "shipping_async.scaleout.redis_limiter, shipping_async.bulk.sqlite_journal"
-    subprocess.run([sys.executable, "-c", f"import {modules}"], env=worker_env("", {}), check=True)
+    command = [sys.executable, "-c", f"import {modules}"]
+    subprocess.run(command, env=worker_env("", {}), check=True, cwd=ROOT)
 
 
 async def count_done(spec: str) -> int:
