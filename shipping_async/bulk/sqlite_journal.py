@@ -249,12 +249,15 @@ class SQLiteJournal(JournalStore):
                 if chunk is not None:
                     sql += f" AND key IN ({placeholders(chunk)})"
                     args.extend(chunk)
-                rows = db.execute(
-                    f"SELECT {COLUMNS} FROM jobs WHERE {sql} ORDER BY seq LIMIT ?",
-                    [*args, left + len(left_out)],
-                ).fetchall()
+                query = f"SELECT {COLUMNS} FROM jobs WHERE {sql} ORDER BY seq LIMIT ?"
+                rows = db.execute(query, [*args, left]).fetchall()
                 # Rows are left out before they are decoded: a job is most of a row's cost.
-                mine = [row for row in rows if row[0] not in left_out][:left]
+                mine = [row for row in rows if row[0] not in left_out]
+                if len(mine) < len(rows) == left:
+                    # A job left out took a row (its lease lapsed while its task works):
+                    # ask again with room for them all. Live leases never match.
+                    rows = db.execute(query, [*args, left + len(left_out)]).fetchall()
+                    mine = [row for row in rows if row[0] not in left_out][:left]
                 records = [to_record(row, job=self._kept_job(row[0], row[3])) for row in mine]
                 failed = JobState.FAILED
                 leased = iter(

@@ -228,3 +228,20 @@ def test_claim_tokens_are_never_reused_not_even_by_a_forked_child() -> None:
     assert len(mine) == 1100
     assert len(theirs) == 100
     assert not mine & theirs
+
+
+async def test_a_claim_skips_left_out_jobs_whose_lease_lapsed_and_still_fills_its_limit(
+    tmp_path: Path,
+) -> None:
+    # The claim's query limits its rows to what it needs: the jobs left out can only be
+    # among them when their lease lapsed, and then they must not take a wanted job's row.
+    clock = ManualClock()
+    async with await SQLiteJournal.open(tmp_path / "batch.journal", clock=clock) as journal:
+        await journal.add(make_jobs(4))
+        first = await journal.claim(W, lease=10, limit=2)
+        clock.advance(11)
+        left_out = [record.key for record in first]
+        [next_one] = await journal.claim(W, lease=10, limit=1, exclude=left_out)
+        assert next_one.key == "PO-0002"
+        live = await journal.claim(W, lease=10, limit=1, exclude=[*left_out, "PO-0002"])
+        assert [record.key for record in live] == ["PO-0003"]
