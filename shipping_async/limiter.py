@@ -22,6 +22,7 @@ orders that could all go at once. Neither knows when a request really reached th
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import math
 from collections import deque
@@ -52,6 +53,12 @@ _log = logging.getLogger(__name__)
 # queue for a moment. It costs 2 % of a long batch's time.
 #: The default margin, as a share of the window, that a permit is held past it.
 DEFAULT_MARGIN_SHARE = 0.02
+
+
+# Permit ids are unique in the process (a permit given back to another limiter is still
+# refused) without a uuid4, a system call for randomness, per order.
+_PERMIT_PREFIX = f"{uuid4().hex[:12]}-"
+_permit_numbers = itertools.count()
 
 
 class Permit(msgspec.Struct, frozen=True):
@@ -307,7 +314,7 @@ class RollingWindowLimiter:
         return max(at, self._paused_until)
 
     def _grant(self, now: float) -> Permit:
-        permit = Permit(id=uuid4().hex, acquired_at=now)
+        permit = Permit(id=f"{_PERMIT_PREFIX}{next(_permit_numbers)}", acquired_at=now)
         self._held.add(permit.id)
         return permit
 
