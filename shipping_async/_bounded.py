@@ -19,7 +19,13 @@ from typing import Final
 import aiohttp
 from multidict import CIMultiDict, CIMultiDictProxy
 
-__all__ = ["DEFAULT_MAX_RESPONSE_BYTES", "AnswerTooLarge", "discreet", "read_capped"]
+__all__ = [
+    "DEFAULT_MAX_RESPONSE_BYTES",
+    "AnswerTooLarge",
+    "discreet",
+    "read_capped",
+    "read_whole",
+]
 
 #: The largest answer read by default: far above any order or quote, far below harm.
 DEFAULT_MAX_RESPONSE_BYTES: Final = 16 * 1024 * 1024
@@ -40,22 +46,27 @@ class AnswerTooLarge(Exception):
         super().__init__(size)
 
 
+def read_whole(response: aiohttp.ClientResponse, limit: int) -> bool:
+    """Whether ``response.read()`` may read the answer: it declares a length of at most
+    ``limit`` bytes and is neither compressed nor chunked, so aiohttp's parser stops
+    there. Raises :class:`AnswerTooLarge` for a plain answer that declares more.
+    (The caller still checks the length of what it read.)"""
+    declared = response.content_length
+    if declared is None:
+        return False
+    headers = response.headers
+    if headers.get("Content-Encoding"):
+        return False
+    if declared > limit:
+        raise AnswerTooLarge(declared)
+    return "Transfer-Encoding" not in headers
+
+
 async def read_capped(response: aiohttp.ClientResponse, limit: int) -> bytes:
     """The answer's body, or :class:`AnswerTooLarge` once more than ``limit`` bytes came."""
-    declared = response.content_length
-    headers = response.headers
-    if declared is not None and not headers.get("Content-Encoding"):
-        if declared > limit:
-            raise AnswerTooLarge(declared)
-        if "Transfer-Encoding" not in headers:
-            # The body is exactly the declared length, at most ``limit`` bytes: read it
-            # whole (aiohttp's parser stops there), as cheaply as aiohttp reads.
-            whole = await response.read()
-            if len(whole) > limit:
-                raise AnswerTooLarge(len(whole))
-            return whole
-    if response.content.at_eof():
-        # A client middleware read the answer before us (to log it, say): aiohttp keeps it.
+    if read_whole(response, limit) or response.content.at_eof():
+        # Whole: read as cheaply as aiohttp reads. At its end already: a client
+        # middleware read the answer before us (to log it, say); aiohttp keeps it.
         whole = await response.read()
         if len(whole) > limit:
             raise AnswerTooLarge(len(whole))

@@ -24,6 +24,7 @@ from shipping_async._bounded import (
     AnswerTooLarge,
     discreet,
     read_capped,
+    read_whole,
 )
 from shipping_async._decode import Answer, read_answer
 from shipping_async._retry import parse_retry_after
@@ -381,7 +382,12 @@ async def _send(
         allow_redirects=False,
     ) as response:
         try:
-            raw = await read_capped(response, max_response_bytes)
+            if read_whole(response, max_response_bytes):  # read_capped's way, a call less
+                raw = await response.read()
+                if len(raw) > max_response_bytes:
+                    raise AnswerTooLarge(len(raw))
+            else:
+                raw = await read_capped(response, max_response_bytes)
         except AnswerTooLarge as exc:
             exc.status, exc.headers = response.status, _scrub_headers(response.headers, token)
             raise

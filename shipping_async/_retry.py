@@ -42,6 +42,7 @@ from typing import Protocol
 
 import aiohttp
 import backoff
+import msgspec
 
 from shipping_async.errors import (
     APIConnectionError,
@@ -104,8 +105,7 @@ class OrderIntent(Protocol):
 order_intent: ContextVar[OrderIntent | None] = ContextVar("order_intent", default=None)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Operation:
+class Operation(msgspec.Struct, frozen=True, kw_only=True):
     """One API operation as far as retrying goes: its name, method and concrete path.
 
     ``customer_reference`` is set for order creation, so that an unknown outcome names
