@@ -131,8 +131,10 @@ def choose_pickup_window(
     reasons: list[str] = []
     for slot in sorted(availabilities, key=lambda item: item.pickup_date):
         day = date(slot.pickup_date.year, slot.pickup_date.month, slot.pickup_date.day)
-        reason = _refused(slot, day, now, margin) or _window(
-            slot, day, wish, now.astimezone(slot.time_zone), closing_time
+        zone = slot.time_zone
+        local_now = now.astimezone(zone)
+        reason = _refused(slot, day, now, margin, zone, local_now) or _window(
+            slot, day, wish, local_now, closing_time
         )
         if isinstance(reason, str):
             reasons.append(f"{day.isoformat()}: {reason}")
@@ -144,9 +146,17 @@ def choose_pickup_window(
     raise NoPickupWindowError(f"no pickup window fits: {detail}", reasons)
 
 
-def _refused(slot: PickupAvailability, day: date, now: datetime, margin: timedelta) -> str | None:
+def _refused(
+    slot: PickupAvailability,
+    day: date,
+    now: datetime,
+    margin: timedelta,
+    zone: ZoneInfo,
+    local_now: datetime,
+) -> str | None:
     """Why rule 4 (README choice 14) could refuse ``day`` on a server whose clock is
-    within ``margin`` of ``now``; ``None`` when it cannot.
+    within ``margin`` of ``now``; ``None`` when it cannot. ``local_now`` is ``now`` in
+    the slot's ``zone``.
 
     In the slot's zone a request for day D is refused from the cut-off the day before to
     midnight, and from the cut-off on D on (then D is in the past). Those stretches last
@@ -154,15 +164,18 @@ def _refused(slot: PickupAvailability, day: date, now: datetime, margin: timedel
     """
     cut_off = time(slot.cut_off_time.hour, slot.cut_off_time.minute, slot.cut_off_time.second)
     for moment in (now, now - margin, now + margin):
-        local = moment.astimezone(slot.time_zone)
+        local = local_now if moment is now else moment.astimezone(zone)
         if day < local.date():
             return "in the past" if moment is now else "in the past, within the clock margin"
-        if day <= local.date() + timedelta(days=1) and local.time() >= cut_off:
+        if day <= local.date() + _ONE_DAY and local.time() >= cut_off:
             skew = "" if moment is now else f" (with a {_minutes(margin)} clock margin)"
             return (
                 f"same- or next-day pickup must be booked before the cut-off {cut_off:%H:%M}{skew}"
             )
     return None
+
+
+_ONE_DAY = timedelta(days=1)
 
 
 def _minutes(span: timedelta) -> str:
