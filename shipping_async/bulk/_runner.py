@@ -561,7 +561,8 @@ class _Lane:
         finally:
             self.active.discard(key)
             self.places.give()
-            self.wake.set()
+            if self.wanted or not self.active:  # a key waits for this place, or maybe done
+                self.wake.set()
         await runner._settled(key, result, why)
 
 
