@@ -176,7 +176,11 @@ async def create_order(
 
     try:
         order: Order = await send(
-            raw_sink=answers.append, settle=settle, max_wait=max_wait, **options
+            # Only the ledger keeps answers.
+            raw_sink=answers.append if ledger is not None else None,
+            settle=settle,
+            max_wait=max_wait,
+            **options,
         )
     except asyncio.CancelledError:
         if not settled:  # cancelled before the wire (or between 429 re-sends)
