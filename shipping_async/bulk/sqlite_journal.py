@@ -1,16 +1,23 @@
 """The SQLite journal: the default store, one file used by one process at a time.
 
-Why stdlib ``sqlite3`` on one dedicated thread rather than ``aiosqlite``: aiosqlite is
-exactly that (a thread per connection fed by a queue), so it would add a dependency and
-no capability. Owning the thread lets writes be *group-committed*: every write queued
-while a commit is running goes into the next transaction, each in its own savepoint, and
-every caller is answered only after that transaction is on disk. One fsync then serves
-dozens of jobs, so ``synchronous=FULL`` (durable across a power cut, not only a crash)
-costs little at thousands of jobs per minute. The one exception is the order intent
-(``begin_order``): it is committed alone, on the event loop's thread, once the connection
-is free, and returns without yielding, so that its request is written right after the
-commit with nothing in between (a crash in between leaves the job ``unknown`` though the
-server never heard of it); see :mod:`shipping_async._send_gate`.
+Why stdlib ``sqlite3`` and a thread of our own rather than ``aiosqlite``: aiosqlite is a
+thread per connection fed by a queue, so it would add a dependency and no capability,
+and it would run every statement on that thread. Here writes are *group-committed*:
+every write queued while a commit is running goes into the next transaction, and every
+caller is answered only after that transaction is on disk. One fsync then serves dozens
+of jobs, so ``synchronous=FULL`` (durable across a power cut, not only a crash) costs
+little at thousands of jobs per minute. The statements of a batch run on the event
+loop's thread (a few microseconds each: a thread switch per statement would cost more),
+and only the commit and its fsync on the writer thread. A write under a claim starts
+from the record the journal keeps for it (see :mod:`~shipping_async.bulk._sqlite_moves`):
+one fenced ``UPDATE``, no row read back.
+
+The order intent (``begin_order``) is committed at once, on the event loop's thread,
+once the connection is free, and returns without yielding, so that its request is
+written right after the commit with nothing in between (a crash in between leaves the
+job ``unknown`` though the server never heard of it); see
+:mod:`shipping_async._send_gate`. The writes queued at that moment ride in its
+transaction: its fsync serves them too.
 
 WAL mode keeps a commit to one sequential append to the log. ``locking_mode=EXCLUSIVE``
 holds the file for the life of the connection: a second process opening the same
