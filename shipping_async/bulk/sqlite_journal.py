@@ -36,11 +36,11 @@ import asyncio
 import functools
 import sqlite3
 import uuid
-from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ClassVar, Self, TypeVar, cast
+from typing import Any, ClassVar, Self
 
 import msgspec
 
@@ -63,10 +63,7 @@ from shipping_async.bulk._sqlite_rows import (
     COLUMNS,
     NO_LEASE,
     Lease,
-    Write,
     claim_row,
-    commit,
-    commit_one,
     connect,
     expire_orders,
     held_keys,
@@ -75,13 +72,13 @@ from shipping_async.bulk._sqlite_rows import (
     key_chunks,
     placeholders,
     read_page,
-    run_batch,
     select_keys,
     select_one,
     store_state,
     to_record,
     wall_stamp,
 )
+from shipping_async.bulk._sqlite_writer import SQLiteWriter
 from shipping_async.bulk.evidence import OrderEvidence
 from shipping_async.bulk.jobs import ShipmentJob
 from shipping_async.bulk.journal import (
@@ -96,7 +93,6 @@ from shipping_async.clock import Clock, SystemClock
 
 __all__ = ["SQLiteJournal"]
 
-T = TypeVar("T")
 
 #: Claimed jobs kept decoded at most (far above any run's jobs in flight).
 _KEPT_JOBS = 20_000
@@ -121,17 +117,9 @@ class SQLiteJournal(JournalStore):
         clock: Clock,
         marks: SentMarks | None = None,
     ):
-        self._db = connection
-        self._executor = executor
+        self._writer = SQLiteWriter(connection, executor, self._forget)
         self._marks = marks
-        # Held by whoever uses the connection: the writer thread's batch, a read, or an
-        # order intent committed on the loop's thread.
-        self._connection = asyncio.Lock()
         self._clock = clock
-        self._pending: list[Write] = []
-        self._flusher: asyncio.Task[None] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None  # the loop its writes run on
-        self._closed = False
         #: Jobs added or claimed through this journal, decoded, with their stored bytes:
         #: a claim takes the job from here instead of decoding (and checking) it again,
         #: only when the row holds those very bytes.
@@ -211,7 +199,7 @@ class SQLiteJournal(JournalStore):
             self._keep_jobs(known)
             return records
 
-        return await self._write(insert)
+        return await self._writer.write(insert)
 
     async def claim(
         self,
@@ -298,7 +286,7 @@ class SQLiteJournal(JournalStore):
             self._held.update((record.key, record) for record in claimed)
             return claimed
 
-        return await self._write(take)
+        return await self._writer.write(take)
 
     async def claimed_by(
         self,
@@ -330,7 +318,7 @@ class SQLiteJournal(JournalStore):
                 and row[0] not in left_out
             ][:limit]
 
-        return await self._read(read)
+        return await self._writer.read(read)
 
     async def renew(self, claims: Mapping[str, str], *, lease: float) -> set[str]:
         now = self._clock.now()
@@ -352,7 +340,7 @@ class SQLiteJournal(JournalStore):
                     self._held[key] = msgspec.structs.replace(record, lease_until=lease_until)
             return held
 
-        return await self._write(extend)
+        return await self._writer.write(extend)
 
     async def release(self, claims: Mapping[str, str]) -> None:
         pairs = list(claims.items())
@@ -367,7 +355,7 @@ class SQLiteJournal(JournalStore):
                 pairs,
             )
 
-        await self._write(drop)
+        await self._writer.write(drop)
 
     async def reconcile(
         self, key: str, *, order_id: int | None, evidence: str | None = None
@@ -383,14 +371,14 @@ class SQLiteJournal(JournalStore):
             state = reconciled_state(order_id)
             return store_state(db, record, state, fields, now, lease=NO_LEASE)
 
-        return await self._write(settle)
+        return await self._writer.write(settle)
 
     async def get(self, key: str) -> JobRecord | None:
         def read(db: sqlite3.Connection) -> JobRecord | None:
             rows = select_keys(db, [key])
             return rows[0] if rows else None
 
-        return await self._read(read)
+        return await self._writer.read(read)
 
     async def records(
         self, *, states: Collection[JobState] | None = None
@@ -398,7 +386,7 @@ class SQLiteJournal(JournalStore):
         wanted = [state.value for state in states] if states is not None else None
         after = 0
         while True:
-            page = await self._read(functools.partial(read_page, after=after, states=wanted))
+            page = await self._writer.read(functools.partial(read_page, after=after, states=wanted))
             for _, record in page:
                 yield record
             if len(page) < CHUNK:
@@ -406,7 +394,9 @@ class SQLiteJournal(JournalStore):
             after = page[-1][0]
 
     async def order_intent_ages(self, *, within: float, account: str | None = None) -> list[float]:
-        return await self._read(functools.partial(intent_ages, within=within, account=account))
+        return await self._writer.read(
+            functools.partial(intent_ages, within=within, account=account)
+        )
 
     async def accounts_with_work(self, *, retry_failed: bool = False) -> list[str]:
         """Accounts that have jobs not finished yet (leased or not)."""
@@ -420,13 +410,13 @@ class SQLiteJournal(JournalStore):
                 params.append(JobState.FAILED.value)
             return [row[0] for row in db.execute(sql + " ORDER BY account", params)]
 
-        return await self._read(read)
+        return await self._writer.read(read)
 
     async def record_order_received(self, order_ids: Sequence[int]) -> int:
         """Record ``order_received`` evidence (see :mod:`shipping_async.bulk.evidence`)."""
         if not order_ids:
             return 0
-        return await self._write(
+        return await self._writer.write(
             functools.partial(insert_events, order_ids=list(order_ids), stamp=(wall_stamp(),))
         )
 
@@ -434,7 +424,7 @@ class SQLiteJournal(JournalStore):
         self, *, since: datetime, until: datetime | None = None
     ) -> list[OrderEvidence]:
         """Evidence first received within ``[since, until]`` (host wall clock)."""
-        return await self._read(
+        return await self._writer.read(
             functools.partial(
                 select_events,
                 since=wall_stamp(since),
@@ -454,20 +444,18 @@ class SQLiteJournal(JournalStore):
                 found[read_column(key, "state", JobState, state)] = int(count)
             return found
 
-        return await self._read(count)
+        return await self._writer.read(count)
 
     async def close(self) -> None:
-        if self._closed:
+        if self._writer.closed:
             return
-        self._closed = True
-        if self._flusher is not None:
-            await asyncio.shield(self._flusher)
-        loop = asyncio.get_running_loop()
-        async with self._connection:
-            await loop.run_in_executor(self._executor, self._db.close)
+        await self._writer.close()
         if self._marks is not None:
             self._marks.close()
-        self._executor.shutdown(wait=True)
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        return self._writer.db
 
     # -- the writer ----------------------------------------------------------------------
 
@@ -545,14 +533,14 @@ class SQLiteJournal(JournalStore):
             return record
 
         if state is JobState.ORDERING:
-            record = await self._write_here(change)
+            record = await self._writer.write_now(change)
             # Committed (fsync done); its request is written right after this returns.
             self._note_sent(record)
             return record
         if require is JobState.ORDERING:  # taking the intent back
-            record = await self._write_here(change)
+            record = await self._writer.write_now(change)
         else:
-            record = await self._write(change, atomic=True)
+            record = await self._writer.write(change, atomic=True)
         if self._marks is not None:
             self._marks.answered(key)
         return record
@@ -567,110 +555,3 @@ class SQLiteJournal(JournalStore):
                 f"cannot write the journal's sent marks ({exc.strerror or exc}); "
                 f"job {record.key!r} was not sent"
             ) from None
-
-    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        if self._closed:
-            raise JournalError("the journal is closed")
-        async with self._connection:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, fn, self._db)
-
-    async def _write_here(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Commit the atomic write ``fn`` on the loop's thread once the connection is free.
-
-        For the order intent: its request is written right after this returns, and
-        between the commit and that write nothing else may run (no other task, no
-        wake-up from the writer thread, which a loaded machine can delay by tens of
-        milliseconds). Its withdrawal after a 429 likewise, so that a crash right after
-        the answer finds the job quoted. The writes queued meanwhile ride in the same
-        transaction: one fsync serves them all.
-        """
-        if self._closed:
-            raise JournalError("the journal is closed")
-        async with self._connection:
-            if self._closed:
-                raise JournalError("the journal is closed")
-            # No await from here on; a cancellation lands before the commit or not at all.
-            riders, self._pending = self._pending, []
-            try:
-                outcomes = commit_one(self._db, fn, riders)
-            except sqlite3.Error as exc:
-                failure = self._unwritable(exc)
-                self._answer(riders, None, failure)
-                raise failure from None
-            except BaseException as exc:
-                self._forget()
-                self._answer(riders, None, JournalError(f"the write was interrupted: {exc!r}"))
-                raise
-            ok, value = outcomes.pop()
-            self._answer(riders, outcomes, None)
-            if not ok:
-                raise value
-            return cast(T, value)
-
-    async def _write(self, fn: Callable[[sqlite3.Connection], T], *, atomic: bool = False) -> T:
-        """Queue ``fn`` for the next group commit; its value once committed.
-
-        ``atomic``: ``fn`` changes nothing when it raises (it needs no savepoint). Once
-        queued, a write is committed even if its caller is cancelled (then nobody hears
-        how it went), so that the caller's view ("maybe written") matches the store's.
-        """
-        if self._closed:
-            raise JournalError("the journal is closed")
-        loop = self._loop
-        if loop is None:  # (each asyncio.get_running_loop() is a getpid() system call)
-            loop = self._loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
-        self._pending.append((fn, future, atomic))
-        if self._flusher is None or self._flusher.done():
-            self._flusher = loop.create_task(self._flush())
-        return await future
-
-    async def _flush(self) -> None:
-        """Commit what is queued, a batch at a time: the statements run on the loop's
-        thread (no thread switch per write), the commit and its fsync on the writer's."""
-        loop = asyncio.get_running_loop()
-        while self._pending:
-            async with self._connection:
-                batch, self._pending = self._pending, []  # an intent may have taken them
-                if not batch:
-                    continue
-                try:
-                    outcomes = run_batch(self._db, batch)
-                    await loop.run_in_executor(self._executor, commit, self._db)
-                except asyncio.CancelledError:
-                    self._forget()
-                    raise
-                except Exception as exc:  # the commit itself failed: nobody's write stands
-                    # (The file cannot be written: disk full, read-only, locked.) Each writer
-                    # hears it; writes queued meanwhile get their own attempt, so none waits
-                    # forever, and close() does not raise it again.
-                    self._answer(batch, None, self._unwritable(exc))
-                    continue
-            self._answer(batch, outcomes, None)
-
-    def _unwritable(self, exc: BaseException) -> JournalError:
-        self._forget()
-        return JournalError(
-            f"the journal file cannot be written ({exc}): make room or fix its "
-            "permissions, then resume"
-        )
-
-    @staticmethod
-    def _answer(
-        batch: Sequence[Write],
-        outcomes: Sequence[tuple[bool, Any]] | None,
-        failure: BaseException | None,
-    ) -> None:
-        """Tell each caller of ``batch`` its outcome, or ``failure`` for them all."""
-        for index, (_, future, _) in enumerate(batch):
-            if future is None or future.done():  # its caller was cancelled: nobody hears
-                continue
-            if outcomes is None:
-                assert failure is not None
-                future.set_exception(failure)
-                continue
-            ok, value = outcomes[index]
-            if ok:
-                future.set_result(value)
-            else:
-                future.set_exception(value)

@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from shipping_async.bulk import sqlite_journal
+from shipping_async.bulk import _sqlite_writer
 from shipping_async.bulk.journal import (
     JobRecord,
     JobState,
@@ -188,14 +188,14 @@ async def test_writes_queued_while_an_intent_commits_ride_in_its_commit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     group_commits = 0
-    commit = sqlite_journal.commit
+    commit = _sqlite_writer.commit
 
     def counted(db: Any) -> None:
         nonlocal group_commits
         group_commits += 1
         commit(db)
 
-    monkeypatch.setattr(sqlite_journal, "commit", counted)
+    monkeypatch.setattr(_sqlite_writer, "commit", counted)
     async with await SQLiteJournal.open(tmp_path / "batch.journal") as journal:
         await journal.add(make_jobs(4))
         tokens = {r.key: r.claim_token or "" for r in await journal.claim(W, lease=60, limit=4)}

@@ -23,7 +23,7 @@ from shipping_async import AsyncShippingClient
 from shipping_async._retry import Operation, RetryPolicy, order_intent
 from shipping_async._send import send_with_retries
 from shipping_async._send_gate import GatedBody
-from shipping_async.bulk import _sqlite_rows, sqlite_journal
+from shipping_async.bulk import _sqlite_rows, _sqlite_writer
 from shipping_async.bulk._gate import OrderGate
 from shipping_async.bulk.choice import cheapest
 from shipping_async.bulk.journal import JobRecord, JobState, LeaseLostError
@@ -207,7 +207,7 @@ async def test_nothing_runs_between_the_intents_commit_and_its_requests_first_by
             at_commit.append(turns)
         return outcomes
 
-    monkeypatch.setattr(sqlite_journal, "commit_one", counted_commit)
+    monkeypatch.setattr(_sqlite_writer, "commit_one", counted_commit)
     stop = asyncio.Event()
     async with SandboxServer(speed=1, seed=5) as sandbox:
         async with (
