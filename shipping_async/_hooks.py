@@ -302,6 +302,53 @@ class _Observed:
         return _ObservedLimiter(limiter, self._call, hooks)
 
 
+class _Unobserved:
+    """:class:`_Observed` for a client without hooks: only the call record the log lines
+    read (``operation``, ``status``), kept exactly as ``_Observed`` keeps it."""
+
+    __slots__ = ("_call", "_reset")
+
+    def __init__(self, operation: Operation) -> None:
+        self._call = APICall(
+            operation=operation.name,
+            method=operation.method,
+            route=operation.route or route_of(operation.path),
+        )
+        self._reset: Token[APICall | None] | None = None
+
+    def __enter__(self) -> _Unobserved:
+        self._reset = _CURRENT.set(self._call)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self._reset is not None:
+            _CURRENT.reset(self._reset)
+
+    def sending(self) -> None:
+        call = self._call
+        call.attempts += 1
+        call.status = call.error = None
+
+    def answered(self, error: BaseException | None) -> None:
+        if error is None:
+            return
+        if isinstance(error, APIStatusError):
+            self._call.status = error.status
+        else:
+            self._call.error = type(error.__cause__ or error).__name__
+
+    def status(self, status: int) -> None:
+        self._call.status = status
+
+    def limiter(self, limiter: OrderLimiter) -> OrderLimiter:
+        return limiter
+
+
 class _ObservedLimiter:
     """The client's order limiter for one call, reporting permits and pauses to the hooks."""
 
@@ -354,9 +401,11 @@ class _ObservedLimiter:
             hook(self._call, seconds)
 
 
-def observe_call(hooks: Subscribers, operation: Operation) -> _Observed:
+def observe_call(hooks: Subscribers, operation: Operation) -> _Observed | _Unobserved:
     """The observer of one call of ``operation``: ``with`` it around the retry loop,
     ``sending()`` and ``answered(error)`` around each exchange, and pass the order limiter
     through ``observer.limiter(...)``. Without hooks it only marks the call for the log
     records."""
+    if not hooks.hooks:
+        return _Unobserved(operation)
     return _Observed(hooks, operation)

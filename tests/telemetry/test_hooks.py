@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
@@ -10,9 +11,10 @@ from aioresponses import aioresponses
 from resources.support import BASE_URL, MockAPI, make_client, order, order_request, reply
 
 from shipping_async import ClientHooks
-from shipping_async._hooks import route_of
+from shipping_async._hooks import Subscribers, _Observed, current_call, observe_call, route_of
+from shipping_async._retry import Operation
 from shipping_async.clock import ManualClock
-from shipping_async.errors import InternalServerError, OrderOutcomeUnknownError
+from shipping_async.errors import APIConnectionError, InternalServerError, OrderOutcomeUnknownError
 from shipping_async.limiter import RollingWindowLimiter
 
 from .support import Recorder
@@ -148,3 +150,45 @@ async def test_copies_keep_the_hooks(mock: aioresponses) -> None:
         await client.with_options(timeout=5).orders.get(7001)
 
     assert recorder.names()[0] == "call_start"
+
+
+def _events() -> list[tuple[str, object]]:
+    refused = aiohttp.ClientConnectorError(
+        SimpleNamespace(host="h", port=1), ConnectionRefusedError(111, "refused")
+    )
+    unreachable = APIConnectionError("refused", method="GET", path="/orders/7001")
+    unreachable.__cause__ = refused
+    failed = InternalServerError(
+        status=502, error="", errors=[], body=b"", method="GET", path="/orders/7001"
+    )
+    return [
+        ("sending", None),
+        ("answered", unreachable),
+        ("sending", None),
+        ("status", 502),
+        ("answered", failed),
+        ("sending", None),
+        ("status", 200),
+        ("answered", None),
+    ]
+
+
+def test_a_client_without_hooks_keeps_the_call_record_as_one_with_hooks() -> None:
+    # Without hooks a lighter observer keeps only what the log lines read: it must keep
+    # it exactly as the full one does, event after event.
+    operation = Operation(name="get_order", method="GET", path="/orders/7001", route="/orders/{id}")
+    quiet = observe_call(Subscribers(), operation)
+    full = _Observed(Subscribers([Recorder()]), operation)
+    assert not isinstance(quiet, _Observed)
+    seen: dict[str, list[tuple[int, int | None, str | None]]] = {"quiet": [], "full": []}
+    for name, observer in (("quiet", quiet), ("full", full)):
+        with observer:
+            for event, argument in _events():
+                getattr(observer, event)(*(() if event == "sending" else (argument,)))
+                call = current_call()
+                assert call is not None
+                seen[name].append((call.attempts, call.status, call.error))
+        assert current_call() is None
+    assert seen["quiet"] == seen["full"]
+    assert seen["quiet"][1] == (1, None, "ClientConnectorError")
+    assert seen["quiet"][-1] == (3, 200, None)
