@@ -191,4 +191,6 @@ class OrderGate:
                 if isinstance(event, Signal):
                     event.unlisten(self.poke)
             for watcher in watchers:
+                # Not heard when it ends cancelled: it would poke the next wait's waker.
+                watcher.remove_done_callback(self._woken)
                 watcher.cancel()

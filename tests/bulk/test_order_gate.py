@@ -132,3 +132,40 @@ async def test_a_poke_made_while_the_gate_asks_the_limiter_is_not_lost() -> None
     limiter.gate = gate
     await asyncio.wait_for(gate.admit(), 1)
     assert gate.reserved == 1
+
+
+class CountingLimiter(RollingWindowLimiter):
+    """Counts how often the gate asks for free permits."""
+
+    __slots__ = ("looks",)
+
+    def __init__(self, limit: int, window: float, *, clock: ManualClock) -> None:
+        super().__init__(limit, window, clock=clock)
+        self.looks = 0
+
+    def available(self) -> int:
+        self.looks += 1
+        return super().available()
+
+
+@pytest.mark.parametrize("kind", [Signal, asyncio.Event], ids=["signal", "plain-event"])
+async def test_a_poke_wakes_the_waiting_job_once_and_it_waits_again(
+    kind: type[asyncio.Event],
+) -> None:
+    clock = ManualClock()
+    limiter = CountingLimiter(1, 60.0, clock=clock)
+    permit = await limiter.acquire()  # the one permit is on the wire: nobody may pass
+    gate = OrderGate(limiter, clock, kind())
+    waiting = asyncio.create_task(gate.admit())
+    await settle()
+    before = limiter.looks
+    gate.poke()  # something changed: the job looks once and waits again
+    await settle()
+    assert not waiting.done()
+    # A watcher of a plain Event, cancelled as its wait ended, used to poke the next wait:
+    # the job then looked again at every turn of the loop.
+    assert limiter.looks - before == 1
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    await limiter.release(permit, sent=False)
