@@ -60,28 +60,30 @@ def move(
     *,
     keep_lease: bool,
     require: JobState | None,
-    intent_at: datetime | None = None,
+    intent: tuple[datetime, str] | None = None,
 ) -> JobRecord | None:
     """``current`` (the row as stored, under its claim token) moved to ``state`` with
-    ``fields``; ``intent_at`` (real wall-clock time) for the order intent.
+    ``fields``; ``intent`` for the order intent: its real wall-clock time and that time
+    as stored (:func:`~shipping_async.bulk._sqlite_rows.wall_stamp`).
 
     ``None`` when the row is not under that token (or not in ``require``, or, for the
     intent, its lease lapsed): nothing was written.
     """
     changed = {name: value for name, value in fields.items() if getattr(current, name) != value}
-    intent = intent_at is not None
-    sql = _move_sql(bool(changed), "retryable" in changed, not keep_lease, intent, bool(require))
+    sql = _move_sql(
+        bool(changed), "retryable" in changed, not keep_lease, intent is not None, bool(require)
+    )
     params: list[Any] = [state.value, now.isoformat()]
     if changed:
         params.append(JOB_ENCODER.encode(changed))
         if "retryable" in changed:
             params.append(int(changed["retryable"]))
-    if intent_at is not None:
-        params.append(intent_at.isoformat(timespec="microseconds"))
+    if intent is not None:
+        params.append(intent[1])
     params += [current.key, current.claim_token]
     if require is not None:
         params.append(require.value)
-    if intent:
+    if intent is not None:
         params.append(now.timestamp())
     if db.execute(sql, params).rowcount != 1:
         return None
@@ -89,8 +91,8 @@ def move(
         changed["waybills"] = list(changed["waybills"])
     if not keep_lease:
         changed.update(lease_owner=None, lease_until=None, claim_token=None)
-    if intent_at is not None:
-        changed["order_intent_at"] = intent_at
+    if intent is not None:
+        changed["order_intent_at"] = intent[0]
     return msgspec.structs.replace(current, state=state, updated_at=now, **changed)
 
 

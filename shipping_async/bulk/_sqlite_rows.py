@@ -291,11 +291,13 @@ def store_state(
     *,
     lease: Lease,
     claimed: bool = False,
+    intent_stamp: str | None = None,
 ) -> JobRecord:
-    """Write ``record`` in ``state`` with ``fields`` added (one attempt more if ``claimed``)."""
+    """Write ``record`` in ``state`` with ``fields`` added (one attempt more if ``claimed``);
+    into ``ORDERING`` stamped ``intent_stamp`` (:func:`wall_stamp`, now if not given)."""
     facts: dict[str, Any] = {name: getattr(record, name) for name in JOB_FIELDS}
     facts.update(fields)
-    intent = wall_stamp() if state is JobState.ORDERING else None
+    intent = (intent_stamp or wall_stamp()) if state is JobState.ORDERING else None
     cursor = db.execute(
         "UPDATE jobs SET state = ?, facts = ?, retryable = ?, lease_owner = ?, lease_until = ?, "
         "claim_token = ?, order_intent_at = COALESCE(?, order_intent_at), updated_at = ?, "

@@ -488,7 +488,11 @@ class SQLiteJournal(JournalStore):
         require: JobState | None = None,
     ) -> JobRecord:
         now = self._clock.now()
-        intent_at = datetime.now(UTC) if state is JobState.ORDERING else None
+        # The intent's real time, and its text as stored and as its sent mark says it.
+        intent = None
+        if state is JobState.ORDERING:
+            at = datetime.now(UTC)
+            intent = (at, wall_stamp(at))
 
         def read_and_change(db: sqlite3.Connection) -> JobRecord:
             # The row read first: to say why a kept record did not match, or for a job
@@ -505,7 +509,10 @@ class SQLiteJournal(JournalStore):
             if keep_lease:
                 until = expiry.timestamp() if expiry is not None else None
                 lease = (record.lease_owner, until, token)
-            return store_state(db, record, state, fields, now.isoformat(), lease=lease)
+            stamp = None if intent is None else intent[1]
+            return store_state(
+                db, record, state, fields, now.isoformat(), lease=lease, intent_stamp=stamp
+            )
 
         def change(db: sqlite3.Connection) -> JobRecord:
             # Atomic: either one fenced UPDATE went through, or read_and_change runs in a
@@ -521,7 +528,7 @@ class SQLiteJournal(JournalStore):
                     now,
                     keep_lease=keep_lease,
                     require=require,
-                    intent_at=intent_at,
+                    intent=intent,
                 )
             if record is None:
                 record = in_savepoint(db, read_and_change)
@@ -532,10 +539,10 @@ class SQLiteJournal(JournalStore):
                 self._jobs.pop(key, None)
             return record
 
-        if state is JobState.ORDERING:
+        if intent is not None:
             record = await self._writer.write_now(change)
             # Committed (fsync done); its request is written right after this returns.
-            self._note_sent(record)
+            self._note_sent(key, intent[1])
             return record
         if require is JobState.ORDERING:  # taking the intent back
             record = await self._writer.write_now(change)
@@ -545,13 +552,13 @@ class SQLiteJournal(JournalStore):
             self._marks.answered(key)
         return record
 
-    def _note_sent(self, record: JobRecord) -> None:
-        if self._marks is None or record.order_intent_at is None:
+    def _note_sent(self, key: str, stamp: str) -> None:
+        if self._marks is None:
             return
         try:
-            self._marks.note(record.key, wall_stamp(record.order_intent_at))
+            self._marks.note(key, stamp)
         except OSError as exc:
             raise JournalError(
                 f"cannot write the journal's sent marks ({exc.strerror or exc}); "
-                f"job {record.key!r} was not sent"
+                f"job {key!r} was not sent"
             ) from None
