@@ -396,13 +396,14 @@ def _nest(cells: dict[str, str]) -> dict[str, Any]:
 
 
 #: One side's address columns: (field, column, whether the quote's address has it too:
-#: not the fields named ``*_code``), then the column of its country.
+#: all but the export or import code, which are for orders only), then the column of its
+#: country.
 _Side = tuple[tuple[tuple[str, str, bool], ...], str]
 
 
 def _side(side: str, code: str) -> _Side:
     fields = (*_ADDRESS_FIELDS, code)
-    columns = tuple((name, f"{side}_{name}", not name.endswith("_code")) for name in fields)
+    columns = tuple((name, f"{side}_{name}", name != code) for name in fields)
     return columns, f"{side}_country_id"
 
 

@@ -81,3 +81,19 @@ def test_a_blank_line_and_a_quoted_newline_give_the_lines_where_records_end(
     path.write_text('a,b\n"x\ny",2\n\n3,4\n5,"6\n7"\n8,9\n', encoding="utf-8")
     assert [line for line, _ in readers._csv_rows(path)] == [3, 5, 7, 8]
     assert readers.count_rows(path) == 4
+
+
+def test_the_quote_carries_each_address_as_the_order_does_but_its_customs_codes() -> None:
+    # The spec's quote addresses take every address field ("more accurate quotes when
+    # given"); export and import codes are for orders only.
+    jobs = [job for job in readers.read_jobs(EXAMPLE) if isinstance(job, readers.ShipmentJob)]
+    assert len(jobs) == len(TEMPLATE)
+    for job, row in zip(jobs, TEMPLATE, strict=True):
+        quote, order = job.quote, job.order
+        assert quote.origin_address is not None
+        assert quote.destination_address is not None
+        assert quote.origin_address.postal_code == row["origin_postal_code"]
+        assert quote.destination_address.postal_code == row["destination_postal_code"]
+        assert quote.origin_address.province == order.origin_address.province
+        assert quote.origin_address.export_code is None
+        assert order.origin_address.export_code == (row["origin_export_code"] or None)
