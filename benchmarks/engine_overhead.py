@@ -224,6 +224,9 @@ class DictJournal:
         self.rows[key] = row
         return row
 
+    def sending(self, key: str) -> None:
+        return None
+
     async def withdraw_order(self, token: str, key: str) -> JobRecord:
         return await self.record(token, key, JobState.QUOTED)
 

@@ -5,11 +5,12 @@ Run: .venv/bin/python benchmarks/journal_cost.py [--jobs 2000] [--concurrency 32
 
 The journal of a run alone, without HTTP: ``--jobs`` jobs (cycled from
 ``examples/shipments.csv``) go through ``add``, ``claim``, ``record(QUOTED)``,
-``begin_order``, ``record(ORDERED)``, ``record(WAYBILLED)`` and ``finish(DONE)`` in waves of
-``--concurrency`` jobs, batched as a run batches them: one ``add`` and one ``claim`` per
-wave (as the feed of ``bulk`` adds a chunk and the lane claims its free places), and each
-write of a wave issued by its own task at once (so that the SQLite journal group-commits
-them, and commits each order intent alone, as in a run). The store is a SQLite file in a
+``begin_order`` (and its ``sending`` mark), ``record(ORDERED)``, ``record(WAYBILLED)`` and
+``finish(DONE)`` in waves of ``--concurrency`` jobs, batched as a run batches them: one
+``add`` and one ``claim`` per wave (as the feed of ``bulk`` adds a chunk and the lane
+claims its free places), and each write of a wave issued by its own task at once (so that
+the SQLite journal group-commits them, the order intents too, as in a run whose orders
+are ready together). The store is a SQLite file in a
 temporary folder (with its sent marks), or with ``--store postgresql://...`` a fresh
 schema of that database (dropped afterwards). ``--steady`` puts the run's outage wrapper
 (``SteadyJournal``) in front of it, as a run does.
@@ -138,10 +139,7 @@ STEPS: list[tuple[str, Write]] = [
             hub=False,
         ),
     ),
-    (
-        "begin_order",
-        lambda journal, token, key, _: journal.begin_order(token, key, quote_id=7, estimate_id=11),
-    ),
+    ("begin_order", lambda journal, token, key, _: _intent(journal, token, key)),
     (
         "record ordered",
         lambda journal, token, key, order: journal.record(
@@ -167,6 +165,13 @@ STEPS: list[tuple[str, Write]] = [
         ),
     ),
 ]
+
+
+async def _intent(journal: Any, token: str, key: str) -> JobRecord:
+    """The order intent, then its request's sent mark (as the send gate writes it)."""
+    record: JobRecord = await journal.begin_order(token, key, quote_id=7, estimate_id=11)
+    journal.sending(key)
+    return record
 
 
 async def happy_path(journal: Any, jobs: list[ShipmentJob], width: int, meter: Meter) -> int:

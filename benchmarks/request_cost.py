@@ -17,9 +17,8 @@ Every request on an order has an order id of its own, as in a batch.
   ``response.read()`` and decoded by a ``msgspec.json.Decoder`` into the SDK's own
   answer models (the same types and date hooks the SDK decodes into);
 - ``sdk``: ``AsyncShippingClient`` (``quotes.create``, ``orders.create`` under an order
-  intent that commits at once, as the SQLite journal's, and an order limiter whose limit
-  is lifted, ``orders.create_waybill``, ``orders.pickup_availabilities``,
-  ``orders.schedule_pickup``).
+  intent whose commit costs nothing and an order limiter whose limit is lifted,
+  ``orders.create_waybill``, ``orders.pickup_availabilities``, ``orders.schedule_pickup``).
 
 Rounds alternate (raw then sdk, then sdk then raw, ...) after a warm-up round that is not
 counted. CPU = user + system seconds of the measuring process (``getrusage``) over the
@@ -156,11 +155,13 @@ async def serve() -> None:
 
 
 class _Intent:
-    """An order intent that commits at once (as the SQLite journal's: ``immediate``)."""
-
-    immediate = True
+    """An order intent whose commit costs nothing (the journal's own cost is
+    ``journal_cost.py``'s)."""
 
     async def granted(self) -> None:
+        return None
+
+    def sending(self) -> None:
         return None
 
     async def withdrawn(self) -> None:

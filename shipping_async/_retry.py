@@ -82,18 +82,15 @@ _IDEMPOTENT_POSTS = frozenset({"create_quote"})
 
 
 class OrderIntent(Protocol):
-    """Journals an order's intent exactly around its sends (see the module docstring).
-
-    ``immediate``: ``granted()`` can be cancelled only before its commit starts and
-    returns right after it, without yielding to the event loop (then nothing runs
-    between the commit and the request's write).
-    """
-
-    @property
-    def immediate(self) -> bool: ...
+    """Journals an order's intent exactly around its sends (see the module docstring)."""
 
     async def granted(self) -> None:
         """A permit is granted: record the intent now (raise to send nothing)."""
+        ...
+
+    def sending(self) -> None:
+        """The intent is recorded and the request's first byte follows at once, with
+        nothing run in between (raise to send nothing)."""
         ...
 
     async def withdrawn(self) -> None:

@@ -113,7 +113,7 @@ async def send_with_retries(
                 raise
         gate = None
         if intent is not None:
-            gate = SendGate(intent.granted, at_write=gate_at_write, immediate=intent.immediate)
+            gate = SendGate(intent.granted, at_write=gate_at_write, sending=intent.sending)
             if not gate.at_write:
                 try:
                     await gate.open()

@@ -10,9 +10,11 @@ first body chunk (it sends both in one write), and :class:`GatedBody` opens the 
 the TCP handshake, a pool slot) come before the intent; a connection that never opens
 leaves no intent at all.
 
-When the intent's journal commits on the event loop's thread (``immediate``: the SQLite
-journal), nothing at all runs between the commit and the write. Otherwise the commit is
-awaited and the write follows at the next turn of the loop.
+The commit is awaited (the SQLite journal group-commits the intents that arrive
+together: one fsync for them all), and its ``sending`` step runs once it is done, in
+the writer's own task, with nothing between it and the request's first byte: the SQLite
+journal appends the order's sent mark there, so that a crash anywhere before that line
+is told apart from a request on the wire (see :mod:`shipping_async.bulk._sent_marks`).
 
 A multipart order body is built by aiohttp itself: for it the gate is opened just before
 the attempt starts (``at_write`` false), as close as the client gets. Either way
@@ -39,28 +41,30 @@ Grant = Callable[[], Coroutine[Any, Any, None]]
 class SendGate:
     """Runs ``grant`` once, when the request is about to be written; remembers how it went.
 
-    ``grant`` (recording the intent) is never interrupted half-way: unless it is
-    ``immediate`` (a cancellation can only reach it before its commit starts, and it
-    returns right after), it runs to its end in a task of its own even if the writer is
-    cancelled meanwhile (the request's timeout, a stopping run), so that the caller
-    knows for sure whether the intent was recorded.
+    ``grant`` (recording the intent) is never interrupted half-way: it runs to its end in
+    a task of its own even if the writer is cancelled meanwhile (the request's timeout,
+    a stopping run), so that the caller knows for sure whether the intent was recorded.
+    Then ``sending`` (if given) runs in the writer's task, right before the request is
+    written, with no await in between; if it raises, nothing is written.
     """
 
     __slots__ = (
         "_done",
         "_finished",
         "_grant",
+        "_sending",
         "at_write",
         "error",
-        "immediate",
         "opened",
         "passed",
     )
 
-    def __init__(self, grant: Grant, *, at_write: bool, immediate: bool = False) -> None:
+    def __init__(
+        self, grant: Grant, *, at_write: bool, sending: Callable[[], None] | None = None
+    ) -> None:
         self._grant = grant
+        self._sending = sending
         self.at_write = at_write
-        self.immediate = immediate
         self.opened = False  # grant was started
         self.passed = False  # grant finished: the request may be written from now on
         self.error: BaseException | None = None  # what grant raised (nothing is sent)
@@ -78,10 +82,10 @@ class SendGate:
             return
         self.opened = True
         try:
-            if self.immediate:
-                await self._grant()
-            else:
-                await run_to_the_end(self._grant())
+            await run_to_the_end(self._grant())
+            # From here to the request's first byte nothing awaits.
+            if self._sending is not None:
+                self._sending()
         except BaseException as exc:
             self.error = exc
             raise
@@ -136,5 +140,5 @@ class GatedBody(BytesPayload):
         self, writer: AbstractStreamWriter, content_length: int | None
     ) -> None:
         await self._gate.open()
-        # Nothing between the gate and this write when the grant is immediate.
+        # Nothing between the gate's sending step and this write.
         await super().write_with_length(writer, content_length)

@@ -139,6 +139,10 @@ class JournalStore(ABC):
             token, key, JobState.ORDERING, fields, keep_lease=True, require=JobState.QUOTED
         )
 
+    def sending(self, key: str) -> None:
+        """Nothing to note: a store without sent marks (see the protocol)."""
+        return None
+
     async def withdraw_order(self, token: str, key: str) -> JobRecord:
         return await self._update(
             token, key, JobState.QUOTED, {}, keep_lease=True, require=JobState.ORDERING

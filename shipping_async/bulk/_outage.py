@@ -427,6 +427,9 @@ class SteadyJournal:
         self._back(began)
         return record
 
+    def sending(self, key: str) -> None:
+        self.store.sending(key)
+
     async def withdraw_order(self, token: str, key: str) -> JobRecord:
         async def settled() -> JobRecord | None:
             row = await self._row(key)

@@ -1,10 +1,11 @@
-"""The SQLite journal's one connection: group commits, the intent's own commit, and reads.
+"""The SQLite journal's one connection: group commits, commits at once, and reads.
 
 The connection is used by one caller at a time (:attr:`SQLiteWriter.lock`): a batch of
-queued writes, an order intent, or a read. A batch's statements run on the event loop's
-thread and its commit (the fsync) on the writer thread; an intent commits on the loop's
-thread at once, taking the writes queued meanwhile into its transaction; a read runs on
-the writer thread. See :mod:`shipping_async.bulk.sqlite_journal` for why.
+queued writes, a write committed at once, or a read. A batch's statements run on the
+event loop's thread and its commit (the fsync) on the writer thread; a write committed
+at once (an order intent's withdrawal) commits on the loop's thread, taking the writes
+queued meanwhile into its transaction; a read runs on the writer thread. See
+:mod:`shipping_async.bulk.sqlite_journal` for why.
 """
 
 from __future__ import annotations
@@ -66,10 +67,9 @@ class SQLiteWriter:
     async def write_now(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Commit the atomic write ``fn`` on the loop's thread once the connection is free.
 
-        For the order intent: its request is written right after this returns, and
-        between the commit and that write nothing else may run (no other task, no
-        wake-up from the writer thread, which a loaded machine can delay by tens of
-        milliseconds). Its withdrawal after a 429 likewise, so that a crash right after
+        For an order intent's withdrawal after a 429 or a refusal: committed before
+        anything else runs (no other task, no wake-up from the writer thread, which a
+        loaded machine can delay by tens of milliseconds), so that a crash right after
         the answer finds the job quoted. The writes queued meanwhile ride in the same
         transaction: one fsync serves them all.
         """

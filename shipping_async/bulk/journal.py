@@ -247,12 +247,18 @@ class Journal(Protocol):
 
         Only from ``QUOTED`` (:class:`JournalStateError` otherwise) and only under the
         current claim with its lease live (:class:`LeaseLostError`). Write it when the
-        order's permit is granted, then send at once; never the other way round.
+        order's permit is granted, then call :meth:`sending` and send at once; never the
+        other way round. Intents that arrive together may share one commit.
+        """
+        ...
 
-        A store whose class sets ``immediate_intents = True`` commits it on the event
-        loop's thread: a cancellation can only land before the commit starts, and the
-        call returns right after the commit without yielding to the loop, so that the
-        request's write follows with nothing in between.
+    def sending(self, key: str) -> None:
+        """The intent of ``key`` is committed and its request's first byte follows at once,
+        with nothing run in between.
+
+        A store that tells a killed run's unsent intents apart from those on the wire
+        notes it here (the SQLite journal's sent marks); :class:`JournalError` when it
+        cannot: then nothing is sent.
         """
         ...
 

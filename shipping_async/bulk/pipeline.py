@@ -177,9 +177,6 @@ class JobPipeline:
         self._max_requotes = max_requotes
         self._clock = client.clock
         self._observe: Callable[[JobRecord], None] = observe or (lambda record: None)
-        #: Whether the journal commits an intent with nothing run after it (SQLite):
-        #: asked once, not at each order (through SteadyJournal's __getattr__).
-        self._immediate = bool(getattr(journal, "immediate_intents", False))
 
     async def ship(self, record: JobRecord) -> JobRecord:
         """Take a claimed job from its current state to a finished one.
@@ -542,11 +539,6 @@ class _Intent:
         self._estimate_id = estimate_id
         self._recorded = False
 
-    @property
-    def immediate(self) -> bool:
-        """Whether the journal commits the intent with nothing run after it (SQLite)."""
-        return self._job.pipeline._immediate
-
     async def granted(self) -> None:
         pipeline, job = self._job.pipeline, self._job
         journal = pipeline._journal
@@ -562,8 +554,10 @@ class _Intent:
                 job.token, job.key, quote_id=self._quote_id, estimate_id=self._estimate_id
             )
         self._recorded = True
-        # The request is written right after this returns: the observers hear it later.
-        asyncio.get_running_loop().call_soon(pipeline._observe, record)
+        pipeline._observe(record)
+
+    def sending(self) -> None:
+        self._job.pipeline._journal.sending(self._job.key)
 
     async def withdrawn(self) -> None:
         await self.withdraw()

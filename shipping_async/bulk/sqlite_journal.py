@@ -12,12 +12,16 @@ and only the commit and its fsync on the writer thread. A write under a claim st
 from the record the journal keeps for it (see :mod:`~shipping_async.bulk._sqlite_moves`):
 one fenced ``UPDATE``, no row read back.
 
-The order intent (``begin_order``) is committed at once, on the event loop's thread,
-once the connection is free, and returns without yielding, so that its request is
-written right after the commit with nothing in between (a crash in between leaves the
-job ``unknown`` though the server never heard of it); see
-:mod:`shipping_async._send_gate`. The writes queued at that moment ride in its
-transaction: its fsync serves them too.
+The order intent (``begin_order``) is group-committed like every other write: the
+intents of the orders that are ready together (a burst at a window's start, a run whose
+limit is lifted) share one fsync instead of blocking the event loop for one each. Its
+request follows once the commit is on disk, and right before the request's first byte,
+with nothing run in between, :meth:`SQLiteJournal.sending` appends the intent's sent
+mark: a crash anywhere before that line leaves an intent that a resumed run on the same
+boot knows was never sent (see :mod:`shipping_async._send_gate` and
+:mod:`~shipping_async.bulk._sent_marks`). Its withdrawal (after a 429, a refusal) is
+committed at once on the loop's thread, so that a crash right after the answer finds the
+job quoted.
 
 WAL mode keeps a commit to one sequential append to the log. ``locking_mode=EXCLUSIVE``
 holds the file for the life of the connection: a second process opening the same
@@ -40,7 +44,7 @@ from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import Any, Self
 
 import msgspec
 
@@ -107,9 +111,6 @@ class SQLiteJournal(JournalStore):
             records = await journal.add(jobs)
     """
 
-    #: ``begin_order`` commits on the event loop's thread (see the module docstring).
-    immediate_intents: ClassVar[bool] = True
-
     def __init__(
         self,
         connection: sqlite3.Connection,
@@ -129,6 +130,9 @@ class SQLiteJournal(JournalStore):
         #: the row (see :mod:`~shipping_async.bulk._sqlite_moves`). Every write keeps it
         #: exact, on the event loop's thread; a failed commit forgets it all.
         self._held: dict[str, JobRecord] = {}
+        #: Intents committed whose request is not sent yet (key -> the intent's stamp, as
+        #: its sent mark says it): :meth:`sending` marks them.
+        self._unsent: dict[str, str] = {}
 
     @classmethod
     async def open(cls, path: str | Path, *, clock: Clock | None = None) -> Self:
@@ -539,22 +543,26 @@ class SQLiteJournal(JournalStore):
                 self._jobs.pop(key, None)
             return record
 
-        if intent is not None:
-            record = await self._writer.write_now(change)
-            # Committed (fsync done); its request is written right after this returns.
-            self._note_sent(key, intent[1])
-            return record
         if require is JobState.ORDERING:  # taking the intent back
             record = await self._writer.write_now(change)
         else:
             record = await self._writer.write(change, atomic=True)
         if self._marks is not None:
-            self._marks.answered(key)
+            if intent is not None:  # committed (fsync done): sending() marks it
+                self._unsent[key] = intent[1]
+            else:
+                self._unsent.pop(key, None)
+                self._marks.answered(key)
         return record
 
-    def _note_sent(self, key: str, stamp: str) -> None:
+    def sending(self, key: str) -> None:
+        """Append the sent mark of ``key``'s intent (committed by :meth:`begin_order`):
+        its request's first byte follows at once (see the module docstring)."""
         if self._marks is None:
             return
+        stamp = self._unsent.pop(key, None)
+        if stamp is None:
+            raise JournalError(f"job {key!r}: no order intent of this run waits to be sent")
         try:
             self._marks.note(key, stamp)
         except OSError as exc:

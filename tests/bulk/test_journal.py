@@ -66,6 +66,7 @@ async def test_order_intent_is_durable_and_a_crash_after_it_leaves_the_job_unkno
     intent = await journal.begin_order(t, "A", quote_id=1, estimate_id=2)
     assert intent.state is JobState.ORDERING
     assert intent.order_intent_at is not None
+    journal.sending("A")  # its request's first byte goes next
     await journal.close()  # the process "dies" here: no answer was recorded
 
     async with await SQLiteJournal.open(path) as reopened:
@@ -182,6 +183,7 @@ async def test_reconcile_settles_an_unknown_job_either_way(path: Path) -> None:
     for key in ("A", "B"):
         await journal.record(t[key], key, JobState.QUOTED, quote_id=1, estimate_id=2)
         await journal.begin_order(t[key], key, quote_id=1, estimate_id=2)
+        journal.sending(key)
     await journal.close()
     async with await SQLiteJournal.open(path) as journal:
         found = await journal.reconcile("A", order_id=42)

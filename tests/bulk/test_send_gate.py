@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import threading
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,10 +24,10 @@ from shipping_async import AsyncShippingClient
 from shipping_async._retry import Operation, RetryPolicy, order_intent
 from shipping_async._send import send_with_retries
 from shipping_async._send_gate import GatedBody
-from shipping_async.bulk import _sqlite_rows, _sqlite_writer
+from shipping_async.bulk import _sent_marks, _sqlite_writer
 from shipping_async.bulk._gate import OrderGate
 from shipping_async.bulk.choice import cheapest
-from shipping_async.bulk.journal import JobRecord, JobState, LeaseLostError
+from shipping_async.bulk.journal import JobRecord, JobState, JournalError, LeaseLostError
 from shipping_async.bulk.pipeline import JobPipeline
 from shipping_async.bulk.sqlite_journal import SQLiteJournal
 from shipping_async.clock import ManualClock
@@ -183,14 +184,15 @@ async def test_an_intent_refused_at_the_write_sends_nothing_and_says_why(
         assert current.state is JobState.QUOTED
 
 
-async def test_nothing_runs_between_the_intents_commit_and_its_requests_first_byte(
+async def test_an_intents_sent_mark_follows_its_commit_and_nothing_runs_before_the_first_byte(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A turn of the event loop between the two is where a crash used to leave a job
-    # unknown though the server never heard of it: count the loop's turns at each.
+    # A kill before the sent mark finds an intent that a resumed run sends again; a kill
+    # between the mark and the first byte would leave a job unknown that the server never
+    # heard of: so the mark is written once the commit is on disk, and in the same turn
+    # of the event loop as the request's first byte. Count the loop's turns at each.
     turns = 0
-    at_commit: list[int] = []
-    at_write: list[int] = []
+    events: list[tuple[str, int]] = []
 
     def tick() -> None:
         nonlocal turns
@@ -198,16 +200,22 @@ async def test_nothing_runs_between_the_intents_commit_and_its_requests_first_by
         if not stop.is_set():
             asyncio.get_running_loop().call_soon(tick)
 
-    commit_one = _sqlite_rows.commit_one
+    commit = _sqlite_writer.commit
 
-    def counted_commit(db: Any, fn: Any, riders: Any = ()) -> Any:
-        outcomes = commit_one(db, fn, riders)
-        ok, value = outcomes[-1]  # fn's own; the riders' come first
-        if ok and isinstance(value, JobRecord) and value.state is JobState.ORDERING:
-            at_commit.append(turns)
-        return outcomes
+    def counted_commit(db: Any) -> None:
+        commit(db)
+        held = journal._held.get(KEY)
+        if held is not None and held.state is JobState.ORDERING:
+            events.append(("intent committed", turns))
 
-    monkeypatch.setattr(_sqlite_writer, "commit_one", counted_commit)
+    note = _sent_marks.SentMarks.note
+
+    def counted_note(self: Any, key: str, stamp: str) -> None:
+        events.append(("marked", turns))
+        note(self, key, stamp)
+
+    monkeypatch.setattr(_sqlite_writer, "commit", counted_commit)
+    monkeypatch.setattr(_sent_marks.SentMarks, "note", counted_note)
     stop = asyncio.Event()
     async with SandboxServer(speed=1, seed=5) as sandbox:
         async with (
@@ -219,7 +227,7 @@ async def test_nothing_runs_between_the_intents_commit_and_its_requests_first_by
 
             async def written(self: Any, writer: Any, content_length: Any) -> None:
                 if isinstance(self, GatedBody):  # the order's body, its intent recorded
-                    at_write.append(turns)
+                    events.append(("written", turns))
                 await original(self, writer, content_length)
 
             monkeypatch.setattr(aiohttp.payload.BytesPayload, "write_with_length", written)
@@ -230,9 +238,68 @@ async def test_nothing_runs_between_the_intents_commit_and_its_requests_first_by
                 stop.set()
         assert statuses(sandbox, "POST", "/orders") == {201: 1}
     assert done.state is JobState.DONE
-    # One intent; its body's write came in the same turn of the loop as its commit.
-    assert len(at_commit) == 1
-    assert at_write == at_commit
+    (committed, at_commit), (marked, at_mark), (write, at_write) = events[:3]
+    assert (committed, marked, write) == ("intent committed", "marked", "written")
+    assert at_commit <= at_mark == at_write
+
+
+async def test_an_intent_whose_sent_mark_cannot_be_written_sends_nothing_and_is_taken_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full_disk(self: Any, key: str, stamp: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(_sent_marks.SentMarks, "note", full_disk)
+    async with (
+        SandboxServer(speed=1, seed=6) as sandbox,
+        AsyncShippingClient(sandbox.token, base_url=sandbox.base_url) as client,
+        await SQLiteJournal.open(tmp_path / "batch.journal") as journal,
+    ):
+        record = await _claimed(journal)
+        with pytest.raises(JournalError, match="sent marks"):
+            await _pipeline(client, journal).ship(record)
+
+        assert statuses(sandbox, "POST", "/orders") == {}
+        current = await journal.get(KEY)
+        assert current is not None
+        assert current.state is JobState.QUOTED
+
+
+async def test_an_order_whose_request_times_out_while_its_intent_commits_is_not_sent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The intent's commit runs to its end (its outcome known), but the request that timed
+    # out meanwhile is never written, gets no sent mark, and its intent is taken back.
+    go_on = threading.Event()
+    commit = _sqlite_writer.commit
+
+    def slow_commit(db: Any) -> None:
+        held = journal._held.get(KEY)
+        if held is not None and held.state is JobState.ORDERING:
+            go_on.wait(1.0)  # past the request's timeout
+        commit(db)
+
+    monkeypatch.setattr(_sqlite_writer, "commit", slow_commit)
+    path = tmp_path / "batch.journal"
+    async with (
+        SandboxServer(speed=1, seed=7) as sandbox,
+        AsyncShippingClient(
+            sandbox.token, base_url=sandbox.base_url, timeout=0.2, max_retries=0
+        ) as client,
+        await SQLiteJournal.open(path) as journal,
+    ):
+        record = await _claimed(journal)
+        try:
+            done = await _pipeline(client, journal).ship(record)
+        finally:
+            go_on.set()
+
+        assert statuses(sandbox, "POST", "/orders") == {}
+        assert done.state is JobState.FAILED, done
+        assert done.error_stage == "order"
+        assert done.retryable, done.error  # certainly never written: safe to send again
+        marks = await asyncio.to_thread(Path(f"{path}-sent").read_bytes)
+        assert KEY.encode() not in marks
 
 
 async def test_a_multipart_order_refused_before_any_byte_withdraws_its_intent() -> None:
@@ -241,10 +308,11 @@ async def test_a_multipart_order_refused_before_any_byte_withdraws_its_intent() 
     events: list[str] = []
 
     class Intent:
-        immediate = False
-
         async def granted(self) -> None:
             events.append("granted")
+
+        def sending(self) -> None:
+            events.append("sending")
 
         async def withdrawn(self) -> None:
             events.append("withdrawn")
@@ -269,5 +337,5 @@ async def test_a_multipart_order_refused_before_any_byte_withdraws_its_intent() 
             )
     finally:
         order_intent.reset(context)
-    assert events == ["granted", "attempt", "withdrawn"]
+    assert events == ["granted", "sending", "attempt", "withdrawn"]
     assert limiter.available() == 20

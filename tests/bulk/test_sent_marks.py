@@ -22,9 +22,9 @@ KEY = "M-1"
 
 
 async def _killed_at_intent(tmp_path: Path, *, marks: bool = True) -> Path:
-    """The files a SIGKILL would leave right after an order intent's commit, at a copy
-    whose path is returned; ``marks=False``: the process died before the intent's mark
-    was written (inside the commit's fsync)."""
+    """The files a SIGKILL would leave right after an order intent's request started, at
+    a copy whose path is returned; ``marks=False``: the process died after the intent's
+    commit and before its mark was written (so before its request's first byte)."""
     path, copy = tmp_path / "a.journal", tmp_path / "b.journal"
     journal = await SQLiteJournal.open(path)
     try:
@@ -33,15 +33,14 @@ async def _killed_at_intent(tmp_path: Path, *, marks: bool = True) -> Path:
         token = record.claim_token or ""
         await journal.record(token, KEY, JobState.QUOTED, quote_id=1, estimate_id=2)
         await journal.begin_order(token, KEY, quote_id=1, estimate_id=2)
+        if marks:
+            journal.sending(KEY)
         for suffix in ("", "-wal", "-sent"):
             source = Path(f"{path}{suffix}")
             if await asyncio.to_thread(source.exists):
                 await asyncio.to_thread(shutil.copyfile, source, f"{copy}{suffix}")
     finally:
         await journal.close()
-    if not marks:
-        lines = (await asyncio.to_thread(Path(f"{copy}-sent").read_bytes)).splitlines()
-        await asyncio.to_thread(Path(f"{copy}-sent").write_bytes, lines[0] + b"\n")
     return copy
 
 
