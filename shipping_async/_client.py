@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
-import functools
 import ipaddress
 import math
 import os
@@ -17,7 +16,7 @@ import aiohttp
 import msgspec
 from yarl import URL
 
-from shipping_async._bounded import DEFAULT_MAX_RESPONSE_BYTES
+from shipping_async._bounded import DEFAULT_MAX_RESPONSE_BYTES, Deadlines
 from shipping_async._decode import Answer
 from shipping_async._estimates import EstimateBook
 from shipping_async._hooks import ClientHooks, Subscribers, observe_call
@@ -57,24 +56,29 @@ _encode = msgspec.json.Encoder(enc_hook=enc_hook).encode
 
 
 class _SessionHolder:
-    """The one aiohttp session of a client and its copies, and who must close it."""
+    """The one aiohttp session of a client and its copies, who must close it, and the
+    time limits of their attempts (:class:`~shipping_async._bounded.Deadlines`)."""
 
-    __slots__ = ("_closed", "_owned", "_session")
+    __slots__ = ("_closed", "_owned", "_session", "deadlines")
 
     def __init__(self, session: aiohttp.ClientSession | None) -> None:
         self._session = session
         self._owned = session is None
         self._closed = False
+        self.deadlines: Deadlines | None = None
 
     def get(self) -> aiohttp.ClientSession:
+        """The session (made on first use); :attr:`deadlines` is set from then on."""
         if self._closed:
             raise RuntimeError("this AsyncShippingClient is closed; create a new one")
-        if self._session is None:
-            # Created on first use, inside the running loop: an aiohttp session belongs
-            # to the loop that made it. No await between the check and the assignment,
-            # so concurrent first requests still share one session.
-            asyncio.get_running_loop()
-            self._session = aiohttp.ClientSession()
+        if self._session is None or self.deadlines is None:
+            # Made on first use, inside the running loop: an aiohttp session (and a
+            # timer) belongs to the loop that made it. No await between the check and
+            # the assignment, so concurrent first requests still share one session.
+            loop = asyncio.get_running_loop()
+            if self._session is None:
+                self._session = aiohttp.ClientSession()
+            self.deadlines = Deadlines(loop)
         return self._session
 
     async def close(self) -> None:
@@ -158,12 +162,6 @@ def token_from_environment() -> str | None:
             return file.read().strip() or None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigurationError(f"{TOKEN_FILE_ENV}={path}: cannot read the token: {exc}") from None
-
-
-@functools.lru_cache(maxsize=64)
-def _limits(seconds: float) -> aiohttp.ClientTimeout:
-    """aiohttp's (frozen) timeout for ``seconds``: made once, not once per request."""
-    return aiohttp.ClientTimeout(total=seconds)
 
 
 def _check_timeout(timeout: float) -> float:
@@ -256,7 +254,6 @@ class AsyncShippingClient:
         # host, origin, ... once per URL object, so the same object serves every request.
         self._urls: dict[str, URL | str] = {}
         self._timeout = _check_timeout(timeout)
-        self._limits = _limits(self._timeout)
         self._lenient = _check_decoding(decoding) == "lenient"
         if isinstance(max_response_bytes, bool) or max_response_bytes < 1:
             raise ConfigurationError(
@@ -361,7 +358,6 @@ class AsyncShippingClient:
         clone = copy.copy(self)
         if timeout is not None:
             clone._timeout = _check_timeout(timeout)
-            clone._limits = _limits(clone._timeout)
         if max_retries is not None:
             clone._policy = dataclasses.replace(self._policy, max_retries=max_retries)
         if max_wait is not None:
@@ -417,7 +413,7 @@ class AsyncShippingClient:
         ``request_rate_limiter``. ``settle``: see :func:`~shipping_async._send.send_with_retries`.
         ``raw_sink`` gets the bytes of every answer read (the order ledger keeps them).
         """
-        policy, limits = self._policy, self._limits
+        policy, timeout = self._policy, self._timeout
         if options:
             unknown = options.keys() - RequestOptions.__annotations__.keys()
             if unknown:
@@ -427,9 +423,12 @@ class AsyncShippingClient:
             if "max_retries" in options:
                 policy = dataclasses.replace(policy, max_retries=options["max_retries"])
             if "timeout" in options:
-                limits = _limits(_check_timeout(options["timeout"]))
+                timeout = _check_timeout(options["timeout"])
         json_body = None if body is None else _encode(body)
-        session = self._sessions.get()
+        sessions = self._sessions
+        session = sessions.get()
+        deadlines = sessions.deadlines
+        assert deadlines is not None
         if operation.route == operation.path:  # no id in it: one URL for every request
             url = self._urls.get(operation.path)
             if url is None:
@@ -446,7 +445,8 @@ class AsyncShippingClient:
             answer=answer,
             lenient=self._lenient,
             raw_sink=raw_sink,
-            limits=limits,
+            timeout=timeout,
+            deadlines=deadlines,
             clock=self._clock,
             json_body=json_body,
             form=form,

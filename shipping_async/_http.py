@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypedDict, TypeVar
 
 import aiohttp
@@ -21,7 +22,9 @@ from yarl import URL
 
 from shipping_async._bounded import (
     DEFAULT_MAX_RESPONSE_BYTES,
+    UNTIMED,
     AnswerTooLarge,
+    Deadlines,
     discreet,
     read_capped,
     read_whole,
@@ -171,7 +174,8 @@ class Exchange(Generic[T]):
     ``lenient``; see :func:`~shipping_async._decode.read_answer`). ``raw_sink`` gets the
     bytes of every answer read (the order ledger keeps them).
 
-    Made once per call (not per attempt). ``rate`` (an ``aiolimiter.AsyncLimiter``) is
+    Made once per call (not per attempt). Each attempt may take ``timeout`` seconds, kept
+    by ``deadlines``. ``rate`` (an ``aiolimiter.AsyncLimiter``) is
     passed before every attempt; ``observer`` hears each attempt start, its answer's
     status as soon as it is read, and how it ended. ``gated``: an order's attempt, whose
     :class:`~shipping_async._send_gate.SendGate` (in
@@ -187,11 +191,11 @@ class Exchange(Generic[T]):
     __slots__ = (
         "answer",
         "clock",
+        "deadlines",
         "form",
         "gated",
         "json_body",
         "lenient",
-        "limits",
         "max_response_bytes",
         "method",
         "observer",
@@ -199,6 +203,7 @@ class Exchange(Generic[T]):
         "rate",
         "raw_sink",
         "session",
+        "timeout",
         "token",
         "url",
     )
@@ -214,7 +219,8 @@ class Exchange(Generic[T]):
         answer: Answer[Any, T],
         lenient: bool,
         raw_sink: Callable[[bytes], None] | None = None,
-        limits: aiohttp.ClientTimeout,
+        timeout: float,
+        deadlines: Deadlines,
         clock: Clock,
         json_body: bytes | None = None,
         form: Callable[[], aiohttp.FormData] | None = None,
@@ -231,7 +237,8 @@ class Exchange(Generic[T]):
         self.answer = answer
         self.lenient = lenient
         self.raw_sink = raw_sink
-        self.limits = limits
+        self.timeout = timeout
+        self.deadlines = deadlines
         self.clock = clock
         self.json_body = json_body
         self.form = form
@@ -283,7 +290,7 @@ class Exchange(Generic[T]):
                     data=data,
                     token=token,
                     json=form is None,
-                    limits=self.limits,
+                    limit=self.deadlines.limit(self.timeout),
                     max_response_bytes=self.max_response_bytes,
                 )
                 if observer is not None:
@@ -300,8 +307,7 @@ class Exchange(Generic[T]):
                 ) from discreet(exc)
             except TimeoutError as exc:  # asyncio's, aiohttp's ServerTimeoutError and subclasses
                 raise APITimeoutError(
-                    f"{method} {path}: no answer within {self.limits.total:g} s "
-                    f"({type(exc).__name__})",
+                    f"{method} {path}: no answer within {self.timeout:g} s ({type(exc).__name__})",
                     method=method,
                     path=path,
                 ) from discreet(exc)
@@ -363,40 +369,43 @@ async def _send(
     data: bytes | aiohttp.FormData | GatedBody | None,
     token: Secret,
     json: bool,
-    limits: aiohttp.ClientTimeout,
+    limit: AbstractContextManager[None],
     max_response_bytes: int,
 ) -> tuple[int, CIMultiDictProxy[str], bytes]:
-    """The answer's status, headers and body, the token scrubbed from the last two.
+    """The answer's status, headers and body, the token scrubbed from the last two, within
+    ``limit`` (the attempt's time limit: ``TimeoutError``).
 
     A proxy or debug page may echo the request headers back. The answer is scrubbed here,
     before :class:`Exchange` holds it, so that no frame that raises a status or decoding
     error holds the token in its locals; this frame's own locals go with the aiohttp
     exception's traceback, which :func:`~shipping_async._bounded.discreet` drops.
     """
-    async with session.request(
-        method,
-        url,
-        data=data,
-        headers=token.headers(json=json),
-        timeout=limits,
-        allow_redirects=False,
-    ) as response:
-        try:
-            if read_whole(response, max_response_bytes):  # read_capped's way, a call less
-                raw = await response.read()
-                if len(raw) > max_response_bytes:
-                    raise AnswerTooLarge(len(raw))
-            else:
-                raw = await read_capped(response, max_response_bytes)
-        except AnswerTooLarge as exc:
-            exc.status, exc.headers = response.status, _scrub_headers(response.headers, token)
-            raise
-        # bytes.replace returns the answer itself when the token is not in it.
-        return (
-            response.status,
-            _scrub_headers(response.headers, token),
-            raw.replace(token._bytes, b"***"),
-        )
+    with limit:
+        async with session.request(
+            method,
+            url,
+            data=data,
+            headers=token.headers(json=json),
+            timeout=UNTIMED,
+            allow_redirects=False,
+        ) as response:
+            try:
+                if read_whole(response, max_response_bytes):  # read_capped's way, a call less
+                    raw = await response.read()
+                    if len(raw) > max_response_bytes:
+                        raise AnswerTooLarge(len(raw))
+                else:
+                    raw = await read_capped(response, max_response_bytes)
+            except AnswerTooLarge as exc:
+                exc.status = response.status
+                exc.headers = _scrub_headers(response.headers, token)
+                raise
+            # bytes.replace returns the answer itself when the token is not in it.
+            return (
+                response.status,
+                _scrub_headers(response.headers, token),
+                raw.replace(token._bytes, b"***"),
+            )
 
 
 # The token is revealed inline, never bound to a name: a traceback that shows frame

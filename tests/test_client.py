@@ -32,6 +32,7 @@ from shipping_async.clock import ManualClock, SystemClock
 from shipping_async.errors import (
     APIConnectionError,
     APIResponseValidationError,
+    APITimeoutError,
     AuthenticationError,
     BadRequestError,
     ConfigurationError,
@@ -163,14 +164,40 @@ async def test_an_unknown_per_call_option_is_refused(mock: aioresponses) -> None
             await client.orders.get(7001, timout=3)  # type: ignore[call-arg]
 
 
-async def test_a_per_call_timeout_reaches_aiohttp(mock: aioresponses) -> None:
-    mock.get(ORDER_7001, payload={"order": order()})
+async def _no_answer(url: URL, **kwargs: Any) -> None:
+    await asyncio.Event().wait()
 
-    async with make_client(timeout=30) as client:
-        await client.orders.get(7001, timeout=2.5)
 
+async def test_a_per_call_timeout_limits_the_attempt(mock: aioresponses) -> None:
+    # The client's own limit (not aiohttp's per-request timer) keeps the attempt's time.
+    mock.get(ORDER_7001, callback=_no_answer)
+
+    async with make_client(timeout=30, max_retries=0) as client, asyncio.timeout(10):
+        with pytest.raises(APITimeoutError, match=r"no answer within 0\.05 s") as raised:
+            await client.orders.get(7001, timeout=0.05)
+
+    assert isinstance(raised.value.__cause__, TimeoutError)
     call = mock.requests[("GET", aiohttp.client.URL(ORDER_7001))][0]
-    assert call.kwargs["timeout"] == aiohttp.ClientTimeout(total=2.5)
+    assert call.kwargs["timeout"] == aiohttp.ClientTimeout()  # aiohttp's timer left off
+
+
+async def test_a_cancellation_within_the_time_limit_stays_a_cancellation(
+    mock: aioresponses,
+) -> None:
+    started = asyncio.Event()
+
+    async def answer_later(url: URL, **kwargs: Any) -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    mock.get(ORDER_7001, callback=answer_later)
+
+    async with make_client(timeout=30, max_retries=0) as client:
+        call = asyncio.ensure_future(client.orders.get(7001))
+        await started.wait()
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
 
 
 async def test_the_default_limiter_is_the_apis_rate_on_the_clients_clock() -> None:
@@ -384,8 +411,9 @@ async def test_with_options_shares_session_and_limiter(mock: aioresponses) -> No
         assert (client.timeout, client.max_retries) == (30.0, 2)
         assert patient.order_limiter is client.order_limiter
         assert patient._sessions.get() is client._sessions.get()
-        call = mock.requests[("GET", aiohttp.client.URL(ORDER_7001))][1]
-        assert call.kwargs["timeout"] == aiohttp.ClientTimeout(total=120)
+        mock.get(f"{BASE_URL}/orders/7002", callback=_no_answer)
+        with pytest.raises(APITimeoutError, match=r"within 0\.05 s"):
+            await client.with_options(timeout=0.05, max_retries=0).orders.get(7002)
 
         await patient.close()  # a copy borrows the session
         assert not client._sessions.get().closed
