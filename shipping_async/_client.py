@@ -397,6 +397,7 @@ class AsyncShippingClient:
         answer: Answer[Any, T],
         *,
         body: Any = None,
+        json: bytes | None = None,
         form: Callable[[], aiohttp.FormData] | None = None,
         order_limited: bool = False,
         max_wait: float | None = None,
@@ -407,7 +408,8 @@ class AsyncShippingClient:
     ) -> T:
         """Send ``operation`` under the retry rules and return its ``answer``, read.
 
-        ``body`` is encoded to JSON once (every re-send carries the same bytes); ``form``
+        ``body`` is encoded to JSON once (every re-send carries the same bytes), or
+        ``json`` is that JSON already; ``form``
         builds a fresh multipart body per attempt. ``order_limited`` requests hold a
         permit of the order limiter, waiting at most ``max_wait``; the others pass the
         ``request_rate_limiter``. ``settle``: see :func:`~shipping_async._send.send_with_retries`.
@@ -424,7 +426,7 @@ class AsyncShippingClient:
                 policy = dataclasses.replace(policy, max_retries=options["max_retries"])
             if "timeout" in options:
                 timeout = _check_timeout(options["timeout"])
-        json_body = None if body is None else _encode(body)
+        json_body = json if body is None else _encode(body)
         sessions = self._sessions
         session = sessions.get()
         deadlines = sessions.deadlines

@@ -10,7 +10,7 @@ import typing
 from collections.abc import Callable
 from datetime import UTC, date, datetime, time
 from decimal import Decimal
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import msgspec
 
@@ -29,6 +29,7 @@ __all__ = [
     "struct_fields",
     "unwrap_optional",
     "validate_request",
+    "validated_json",
 ]
 
 T = TypeVar("T")
@@ -261,6 +262,23 @@ def validate_request(request: T) -> T:
     server's own 400 only ever says "Invalid input, object invalid", so this is the
     caller's one chance to learn which fields are wrong.
     """
+    checked, checked_json = _validated(request)
+    # The request itself passed too when checking changed nothing in it (equal values,
+    # and the same JSON: "120.50" and Decimal("120.50") are not equal values); as a
+    # batch's input, checked when read, it is then not checked again when sent.
+    if _equal(request, checked):
+        try:
+            request_json = _encode_request(request)
+        except (TypeError, ValueError, NotImplementedError):
+            return checked
+        if request_json == checked_json:
+            _mark(request, request_json)
+    return checked
+
+
+def _validated(request: T) -> tuple[T, bytes]:
+    """:func:`validate_request` and the JSON of the request it returns, which it carries
+    from then on (see :func:`validated_json`)."""
     if not isinstance(request, msgspec.Struct):
         raise TypeError(f"expected a request model, got {type(request).__name__}")
     # A value of a type msgspec cannot encode at all (an open file, a set of objects) is
@@ -294,7 +312,47 @@ def validate_request(request: T) -> T:
     if problems:
         field, reason = problems[0]
         raise RequestValidationError(field, reason, problems=problems)
-    return checked
+    checked_json = _encode_request(checked)
+    _mark(checked, checked_json)
+    return checked, checked_json
+
+
+#: The attribute of a model that holds the JSON with which it passed validate_request.
+_VALID_JSON: Final = "_valid_json"
+_encode_request = msgspec.json.Encoder(enc_hook=enc_hook).encode
+
+
+def _equal(request: Any, checked: Any) -> bool:
+    try:
+        return bool(request == checked)
+    except Exception:  # a value whose comparison raises is no value to vouch for
+        return False
+
+
+def _mark(request: Any, json: bytes) -> None:
+    if isinstance(request, Model):  # a struct with a __dict__ (not a field, never sent)
+        setattr(request, _VALID_JSON, json)
+
+
+def validated_json(request: T) -> tuple[T, bytes]:
+    """:func:`validate_request` and the JSON of what it returns: what a request sends.
+
+    A model that passed :func:`validate_request` (or this) before and whose JSON has not
+    changed since is not checked again: the verdict is a function of that JSON, and the
+    JSON is made for sending anyway. So a request checked once (a batch's input, a
+    request sent again) costs an encoding and a comparison; a request changed since is
+    checked in full, as a new one.
+    """
+    passed = getattr(request, _VALID_JSON, None)
+    if passed is not None:
+        try:
+            request_json = _encode_request(request)
+        except (TypeError, ValueError, NotImplementedError):
+            pass  # validate_request says what is wrong with it
+        else:
+            if request_json == passed:
+                return request, request_json
+    return _validated(request)
 
 
 # Wire forms a request accepts where the model holds a richer type (spec sections 2.3-2.8).

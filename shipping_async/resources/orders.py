@@ -22,8 +22,8 @@ from shipping_async.models import (
     PickupAvailability,
     ScheduledPickup,
     SchedulePickupRequest,
-    validate_request,
 )
+from shipping_async.models._base import validated_json
 from shipping_async.models.orders import _OrderEnvelope
 from shipping_async.resources._order_create import create_order
 from shipping_async.resources._success import SUCCESS
@@ -101,7 +101,7 @@ class Orders:
         without sending, and one whose earlier create is unresolved raises
         ``OrderOutcomeUnknownError`` without sending (settle it with :meth:`resolve`).
         """
-        request = validate_request(request)
+        request, json = validated_json(request)
         operation = Operation(
             name="create_order",
             method="POST",
@@ -111,13 +111,13 @@ class Orders:
         )
         client = self._client
         form = order_form(request, await load_files(files)) if files else None
-        body = None if form is not None else {"order": request}
+        body = None if form is not None else b'{"order":' + json + b"}"
 
         def send(**kwargs: Any) -> Awaitable[Order]:
             return client._request(
                 operation,
                 _ORDER,
-                body=body,
+                json=body,
                 form=form,
                 order_limited=True,
                 before_send=lambda waited: self._recheck(request.quote_estimate_id, waited),
@@ -219,7 +219,7 @@ class Orders:
         operation = Operation(
             name="create_waybill", method="POST", path=path, route="/orders/{id}/waybills"
         )
-        return await self._client._request(operation, _ORDER, body={}, **options)
+        return await self._client._request(operation, _ORDER, json=b"{}", **options)
 
     async def pickup_availabilities(
         self, order_id: int, **options: Unpack[RequestOptions]
@@ -244,7 +244,7 @@ class Orders:
 
         A carrier refusal is not an exception: check ``ScheduledPickup.rejected``.
         """
-        request = validate_request(request)
+        request, _ = validated_json(request)
         path = f"/orders/{path_id(order_id, 'order_id')}/schedule_pickups"
         operation = Operation(
             name="schedule_pickup", method="POST", path=path, route="/orders/{id}/schedule_pickups"

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Unpack
 from shipping_async._decode import Answer
 from shipping_async._http import RequestOptions, path_id
 from shipping_async._retry import Operation
-from shipping_async.models import Quote, QuoteRequest, validate_request
+from shipping_async.models import Quote, QuoteRequest
+from shipping_async.models._base import validated_json
 from shipping_async.models.quotes import _QuoteEnvelope
 
 if TYPE_CHECKING:
@@ -39,8 +40,8 @@ class Quotes:
         Raises ``NoHubForRouteError`` when no hub serves the lane (quote direct then).
         Retried like a read: a second quote commits the caller to nothing.
         """
-        request = validate_request(request)
-        quote = await self._client._request(_CREATE, _QUOTE, body=request, **options)
+        _, json = validated_json(request)
+        quote = await self._client._request(_CREATE, _QUOTE, json=json, **options)
         self._remember(quote)
         return quote
 

@@ -27,12 +27,14 @@ from hypothesis import strategies as st
 from shipping_async.errors import RequestValidationError
 from shipping_async.models import (
     OrderRequest,
+    Package,
     QuoteRequest,
     SchedulePickupRequest,
     WebhookRequest,
+    _base,
     validate_request,
 )
-from shipping_async.models._base import enc_hook
+from shipping_async.models._base import enc_hook, validated_json
 
 from .support import order_request, quote_request
 
@@ -237,3 +239,74 @@ def test_validation_raises_only_the_documented_errors_and_passes_only_wire_valid
         assert "unsupported" in str(outcome).lower(), outcome
     else:
         _wire_values_fit_the_document(outcome)
+
+
+# -- a request checked once ---------------------------------------------------------------
+
+
+def test_a_request_that_passed_is_not_walked_again_until_it_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    walks: list[Any] = []
+    wire_forms = _base._wire_forms
+    monkeypatch.setattr(_base, "_wire_forms", lambda *args: walks.append(args) or wire_forms(*args))
+    # Every value of the model's own type (a batch's input, read from a file).
+    request = quote_request(packages=[Package(weight=2.5, width=20.0, height=10.0, length=30.0)])
+    validate_request(request)  # as a batch's input is checked when read
+    assert len(walks) == 1
+
+    checked, sent = validated_json(request)
+    assert checked is request
+    assert sent == msgspec.json.encode(request, enc_hook=enc_hook)
+    assert len(walks) == 1
+
+    request.value_of_goods = Decimal("-1")  # changed since: checked in full, refused
+    with pytest.raises(RequestValidationError) as caught:
+        validated_json(request)
+    assert caught.value.field == "value_of_goods"
+    assert len(walks) == 2
+
+
+def test_a_request_in_wire_form_sends_its_checked_copy_and_the_copy_is_not_walked_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    request = quote_request(value_of_goods="100.00")  # text: not the model's Decimal
+    checked, sent = validated_json(request)
+    assert checked is not request
+    assert checked.value_of_goods == Decimal("100.00")
+    assert sent == msgspec.json.encode(checked, enc_hook=enc_hook)
+
+    monkeypatch.setattr(_base, "_wire_forms", lambda *args: pytest.fail("walked again"))
+    again, sent_again = validated_json(checked)
+    assert again is checked
+    assert sent_again == sent
+
+
+def test_the_mark_of_a_request_that_passed_is_neither_sent_nor_shown() -> None:
+    request = quote_request()
+    validate_request(request)
+    assert "_valid_json" not in msgspec.json.encode(request, enc_hook=enc_hook).decode()
+    assert "_valid_json" not in repr(request)
+    assert request == quote_request()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(request=st.one_of(*(_valid(cls) for cls in REQUESTS)))
+def test_a_request_sent_twice_gets_the_verdict_and_json_of_a_full_check(request: Any) -> None:
+    def outcome() -> Any:
+        try:
+            checked, sent = validated_json(request)
+        except (RequestValidationError, TypeError) as exc:
+            return type(exc), str(exc)
+        return sent, msgspec.json.encode(validate_request(checked), enc_hook=enc_hook)
+
+    try:
+        expected: Any = msgspec.json.encode(validate_request(request), enc_hook=enc_hook)
+    except (RequestValidationError, TypeError) as exc:
+        expected = (type(exc), str(exc))
+    for _ in range(2):  # the second time, a request that passed carries its mark
+        got = outcome()
+        if isinstance(expected, bytes):
+            assert got == (expected, expected)
+        else:
+            assert got == expected
