@@ -10,7 +10,9 @@ aiohttp's ``web.Response`` does for the sandbox, to whoever asks. The measuring 
 runs on uvloop and sends, for each of the five operations of a job, ``--requests``
 requests at ``--concurrency`` through
 
-Every request on an order has an order id of its own, as in a batch.
+Every request on an order has an order id of its own, and every order and pickup request
+is a new one (the order's for an estimate id of its own), as in a batch; the quote request
+is the one the batch reader read (and checked), as in a batch.
 
 - ``raw``: one ``aiohttp.ClientSession``, the headers the SDK sends (built once), the body
   encoded per request with a ``msgspec.json.Encoder``, the answer read with
@@ -66,10 +68,14 @@ from shipping_async.models.quotes import _QuoteEnvelope  # noqa: E402
 TOKEN = "tok-request-cost-bench-0123456789abcdef"
 PREFIX = "/client_api/v2"
 OPERATIONS = ("quote", "order", "waybill", "slots", "pickup")
-# The canned server answers whatever is asked: any window will do.
-PICKUP = SchedulePickupRequest(
-    scheduled_date=date(2030, 1, 7), time_from=time(10, 0), time_to=time(12, 0)
-)
+
+
+def pickup_request() -> SchedulePickupRequest:
+    """A new pickup request, as a batch chooses one per order; the canned server answers
+    whatever is asked, so any window will do."""
+    return SchedulePickupRequest(
+        scheduled_date=date(2030, 1, 7), time_from=time(10, 0), time_to=time(12, 0)
+    )
 
 
 class _PickupEnvelope(msgspec.Struct):
@@ -217,8 +223,7 @@ class Raw:
         self.session = session
         self.base = base
         self.quote_request = job.quote
-        self.order_request = job.order.to_request(1)
-        self.pickup_request = PICKUP
+        self.order = job.order
         self.encoder = msgspec.json.Encoder(enc_hook=enc_hook)
         self.quotes = msgspec.json.Decoder(_QuoteEnvelope, dec_hook=dec_hook)
         self.orders = msgspec.json.Decoder(_OrderEnvelope, dec_hook=dec_hook)
@@ -243,13 +248,16 @@ class Raw:
         return decoder.decode(raw)
 
     def sends(self) -> dict[str, Send]:
-        oid = order_ids()
+        oid, estimate = order_ids(), order_ids()
         return {
             "quote": lambda: self._call(
                 "POST", "/quotes", self.encoder.encode(self.quote_request), self.quotes
             ),
             "order": lambda: self._call(
-                "POST", "/orders", self.encoder.encode({"order": self.order_request}), self.orders
+                "POST",
+                "/orders",
+                self.encoder.encode({"order": self.order.to_request(next(estimate))}),
+                self.orders,
             ),
             "waybill": lambda: self._call(
                 "POST", f"/orders/{next(oid)}/waybills", b"{}", self.orders
@@ -260,7 +268,7 @@ class Raw:
             "pickup": lambda: self._call(
                 "POST",
                 f"/orders/{next(oid)}/schedule_pickups",
-                self.encoder.encode(self.pickup_request.to_wire()),
+                self.encoder.encode(pickup_request().to_wire()),
                 self.pickups,
             ),
         }
@@ -273,13 +281,13 @@ class Sdk:
         self.client = client
         job = first_job()
         self.quote_request = job.quote
-        self.order_request = job.order.to_request(1)
-        self.pickup_request = PICKUP
+        self.order = job.order
+        self.estimates = order_ids()
 
     async def _order(self) -> Any:
         context = order_intent.set(_Intent())
         try:
-            return await self.client.orders.create(self.order_request)
+            return await self.client.orders.create(self.order.to_request(next(self.estimates)))
         finally:
             order_intent.reset(context)
 
@@ -290,7 +298,7 @@ class Sdk:
             "order": self._order,
             "waybill": lambda: orders.create_waybill(next(oid)),
             "slots": lambda: orders.pickup_availabilities(next(oid)),
-            "pickup": lambda: orders.schedule_pickup(next(oid), self.pickup_request),
+            "pickup": lambda: orders.schedule_pickup(next(oid), pickup_request()),
         }
 
 
