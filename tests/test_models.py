@@ -388,3 +388,42 @@ def test_remembered_dates_and_times_of_day_read_the_same_every_time(text: str) -
         assert first == again
         if first is not ValueError:
             assert type(first) is type(again) is parse.__self__
+
+
+@given(
+    st.from_regex(r"\s?\d{1,4}[-:./]\d{1,3}([-:./]\d{1,5})?( \d{1,2}:\d{2}:\d{2} UTC)?\s?")
+    | st.sampled_from(["07-01-2026", "10:00.30", "10:00", "2026/01/05 09:30:15 UTC"])
+)
+def test_a_wire_text_decodes_to_what_its_type_parses_every_time(text: str) -> None:
+    # The decoder keeps the values of the texts it read; read again, a text gives an
+    # equal value of the same type, and a text that does not parse is refused each time.
+    for type_ in (DayMonthYear, ClockTime, HourMinute, ApiTimestamp):
+        decoder = msgspec.json.Decoder(list[type_], dec_hook=_base.dec_hook)  # type: ignore[valid-type]
+        expected = read(type_.parse, text)
+        for _ in range(2):
+            try:
+                (got,) = decoder.decode(msgspec.json.encode([text]))
+            except msgspec.ValidationError:
+                got = ValueError
+            assert got == expected
+            assert type(got) is type(expected)
+
+
+def test_decoded_dates_and_times_are_shared_and_immutable() -> None:
+    decoder = msgspec.json.Decoder(list[DayMonthYear], dec_hook=_base.dec_hook)
+    first, again = decoder.decode(b'["07-01-2026", "07-01-2026"]')
+    assert first is again  # one value for a text read before: it cannot be changed
+    with pytest.raises(AttributeError):
+        first.note = "mine"  # type: ignore[attr-defined]
+
+
+def test_the_decoded_values_kept_stay_bounded() -> None:
+    decoder = msgspec.json.Decoder(list[ClockTime], dec_hook=_base.dec_hook)
+    texts = [
+        f"{hour:02d}:{minute:02d}.{second:02d}"
+        for hour in range(24)
+        for minute in range(60)
+        for second in (0, 30)
+    ]
+    decoder.decode(msgspec.json.encode(texts))
+    assert len(_base._DECODED[ClockTime]) <= _base._REMEMBERED

@@ -94,6 +94,8 @@ def _remember(
 class ApiTimestamp(datetime):
     """An aware UTC datetime written ``YYYY/MM/DD HH:MM:SS UTC`` (``Order.created_at``)."""
 
+    __slots__ = ()
+
     FORMAT = "%Y/%m/%d %H:%M:%S UTC"
 
     @classmethod
@@ -147,6 +149,8 @@ def _date_parts(text: str) -> tuple[int, int, int]:
 class DayMonthYear(date):
     """A date written ``DD-MM-YYYY`` (pickup dates)."""
 
+    __slots__ = ()
+
     FORMAT = "%d-%m-%Y"
 
     @classmethod
@@ -189,6 +193,8 @@ class ClockTime(time):
     server changes without notice.
     """
 
+    __slots__ = ()
+
     @classmethod
     def parse(cls, text: str) -> ClockTime:
         return cls(*_clock_parts(text))
@@ -199,6 +205,8 @@ class ClockTime(time):
 
 class HourMinute(time):
     """A time of day written ``HH:MM`` (pickup windows)."""
+
+    __slots__ = ()
 
     @classmethod
     def parse(cls, text: str) -> HourMinute:
@@ -221,12 +229,26 @@ _WIRE_TYPES: dict[type[Any], Any] = {
 }
 
 
+# The values decoded from the last texts of each type, shared: an answer's pickup dates,
+# cut-off times and creation stamps repeat from one answer to the next, and the values
+# are immutable (the types have no __dict__). Emptied when _REMEMBERED long.
+_DECODED: dict[type[Any], dict[str, Any]] = {type_: {} for type_ in _WIRE_TYPES}
+
+
 def dec_hook(type_: type[Any], obj: Any) -> Any:
+    if type(obj) is str:  # what JSON gives: no instance of type_
+        decoded = _DECODED.get(type_)
+        if decoded is not None:
+            value = decoded.get(obj)
+            if value is None:
+                value = _WIRE_TYPES[type_](obj)
+                if len(decoded) >= _REMEMBERED:
+                    decoded.clear()
+                decoded[obj] = value
+            return value
     parse = _WIRE_TYPES.get(type_)
     if parse is None:
         raise NotImplementedError(f"no decoder for {type_!r}")
-    if type(obj) is str:  # what JSON gives: no instance of type_
-        return parse(obj)
     if isinstance(obj, type_):
         return obj
     if not isinstance(obj, str):
