@@ -403,7 +403,7 @@ class AsyncShippingClient:
         max_wait: float | None = None,
         settle: Settle | None = None,
         raw_sink: Callable[[bytes], None] | None = None,
-        before_send: Callable[[float], Awaitable[None]] | None = None,
+        before_send: Callable[[float], Awaitable[None] | None] | None = None,
         **options: Unpack[RequestOptions],
     ) -> T:
         """Send ``operation`` under the retry rules and return its ``answer``, read.

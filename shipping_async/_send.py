@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Iterator
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from typing import Any, TypeVar
 
 from shipping_async._order_wait import (
     Settle,
@@ -55,7 +55,7 @@ MAX_LEARNED_SECONDS = 3600.0
 
 
 async def send_with_retries(
-    attempt: Callable[[], Awaitable[T]],
+    attempt: Callable[[], Coroutine[Any, Any, T]],
     *,
     operation: Operation,
     policy: RetryPolicy,
@@ -63,7 +63,7 @@ async def send_with_retries(
     limiter: OrderLimiter | None = None,
     max_wait: float | None = None,
     settle: Settle | None = None,
-    before_send: Callable[[float], Awaitable[None]] | None = None,
+    before_send: Callable[[float], Awaitable[None] | None] | None = None,
     gate_at_write: bool = False,
 ) -> T:
     """Run ``attempt`` until it succeeds or :func:`decide` says to raise.
@@ -74,9 +74,10 @@ async def send_with_retries(
     429) on ``clock``: past it, :class:`~shipping_async.errors.OrderWaitTimeoutError`.
     With ``settle``, a caller cancelled while its request may be on the wire does not
     abandon it: the answer is read, the permit released accordingly, ``settle`` gets the
-    result (or error), then the ``CancelledError`` goes on. ``before_send(waited)`` runs
-    once a permit is held, with the seconds waited for permits so far; if it raises,
-    the permit goes back unused and its error goes up. ``gate_at_write``: ``attempt``
+    result (or error), then the ``CancelledError`` goes on. ``before_send(waited)`` is
+    called once a permit is held, with the seconds waited for permits so far, and what
+    it returns (if not ``None``) awaited; if that raises, the permit goes back unused
+    and its error goes up. ``gate_at_write``: ``attempt``
     opens the attempt's :class:`~shipping_async._send_gate.SendGate` (found in
     :data:`~shipping_async._send_gate.send_gate`) itself right before it writes the
     request (a :class:`~shipping_async._send_gate.GatedBody`); otherwise it is opened just
@@ -107,7 +108,9 @@ async def send_with_retries(
             ) from None
         if before_send is not None:
             try:
-                await before_send(clock.monotonic() - started)
+                check = before_send(clock.monotonic() - started)
+                if check is not None:
+                    await check
             except BaseException:
                 await limiter.release(permit, sent=False)
                 raise
@@ -125,7 +128,7 @@ async def send_with_retries(
         try:
             if settle is not None:
                 # Our own task, so that a cancelled caller can leave it running.
-                owned = asyncio.ensure_future(attempt())
+                owned = asyncio.get_running_loop().create_task(attempt())
                 await _finished(owned)
                 result = owned.result()
             else:

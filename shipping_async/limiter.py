@@ -293,13 +293,16 @@ class RollingWindowLimiter:
         return max(0, self._limit - len(self._held) - len(self._cooling))
 
     def _cooled_at(self, released: float) -> float:
-        # The one place this sum is made: the timer wakes at exactly this float, and
-        # _forget_cooled must then agree that the permit has cooled.
+        # The sum (with _forget_cooled's, made the same way): the timer wakes at exactly
+        # this float, and _forget_cooled must then agree that the permit has cooled.
         return released + (self._window + self.margin)
 
     def _forget_cooled(self, now: float) -> None:
-        while self._cooling and self._cooled_at(self._cooling[0]) <= now:
-            self._cooling.popleft()
+        cooling = self._cooling
+        if cooling:
+            hold = self._window + self.margin  # _cooled_at's sum, made once per call
+            while cooling and cooling[0] + hold <= now:
+                cooling.popleft()
 
     def _next_free_at(self, now: float) -> float | None:
         self._forget_cooled(now)
@@ -320,6 +323,8 @@ class RollingWindowLimiter:
 
     def _wake(self, now: float | None = None) -> None:
         """Hand free permits to the head of the queue, then time the next hand-out."""
+        if not self._waiters and self._waker is None:
+            return  # nobody to hand a permit to, no timer to move (every order's release)
         if now is None:
             now = self._clock.monotonic()
         waiters = self._waiters

@@ -19,11 +19,13 @@ import asyncio
 import contextlib
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
+import aiohttp
 import msgspec
 
+from shipping_async._decode import Answer
 from shipping_async._order_wait import run_to_the_end
 from shipping_async._retry import Operation, never_written
 from shipping_async.errors import (
@@ -144,14 +146,18 @@ async def _tell(client: AsyncShippingClient, report: CancelledOrder) -> None:
 async def create_order(
     client: AsyncShippingClient,
     operation: Operation,
-    send: Callable[..., Any],
+    answer: Answer[Any, Order],
     *,
+    json: bytes | None,
+    form: Callable[[], aiohttp.FormData] | None,
+    recheck: Callable[[float], Awaitable[None] | None],
     decode: Callable[[bytes], Order],
     max_wait: float | None,
-    options: dict[str, Any],
+    options: Mapping[str, Any],
 ) -> Order:
-    """Steps 1-4 of the module docstring; ``send(**kw)`` makes the request and ``decode``
-    reads an answer the ledger kept."""
+    """Steps 1-4 of the module docstring: ``operation`` sent with the body ``json`` (or
+    ``form``) and read as ``answer``, ``recheck`` before each attempt (the client's
+    ``before_send``); ``decode`` reads an answer the ledger kept."""
     reference = operation.customer_reference
     assert reference is not None
     ledger = client.order_ledger
@@ -175,11 +181,17 @@ async def create_order(
         await _tell(client, report)
 
     try:
-        order: Order = await send(
+        order: Order = await client._request(
+            operation,
+            answer,
+            json=json,
+            form=form,
+            order_limited=True,
+            max_wait=max_wait,
+            settle=settle,
             # Only the ledger keeps answers.
             raw_sink=answers.append if ledger is not None else None,
-            settle=settle,
-            max_wait=max_wait,
+            before_send=recheck,
             **options,
         )
     except asyncio.CancelledError:
@@ -187,7 +199,8 @@ async def create_order(
             await run_to_the_end(settle(None))
         raise
     except BaseException as exc:
-        await run_to_the_end(_record(ledger, reference, exc, b""))
+        if ledger is not None:
+            await run_to_the_end(_record(ledger, reference, exc, b""))
         raise
     if ledger is not None:
         await run_to_the_end(ledger.record_order(reference, order.id, answers[-1]))

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Mapping
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import TYPE_CHECKING, Unpack
 
 from shipping_async._decode import Answer, read_answer
 from shipping_async._http import RequestOptions, path_id
@@ -111,42 +112,37 @@ class Orders:
         )
         client = self._client
         form = order_form(request, await load_files(files)) if files else None
-        body = None if form is not None else b'{"order":' + json + b"}"
-
-        def send(**kwargs: Any) -> Awaitable[Order]:
-            return client._request(
-                operation,
-                _ORDER,
-                json=body,
-                form=form,
-                order_limited=True,
-                before_send=lambda waited: self._recheck(request.quote_estimate_id, waited),
-                **kwargs,
-            )
-
         return await create_order(
             client,
             operation,
-            send,
+            _ORDER,
+            json=None if form is not None else b'{"order":' + json + b"}",
+            form=form,
+            recheck=functools.partial(self._recheck, request.quote_estimate_id),
             decode=self._decode,
             max_wait=client.max_wait if max_wait is None else max_wait,
-            options=dict(options),
+            options=options,
         )
 
-    async def _recheck(self, estimate_id: int, waited: float) -> None:
-        """After a long wait for the permit: is the estimate still valid? (not sent if not)"""
+    def _recheck(self, estimate_id: int, waited: float) -> Awaitable[None] | None:
+        """After a long wait for the permit: is the estimate still valid? (not sent if not)
+
+        ``None`` when there is nothing to ask (the common case: no wait worth a GET)."""
         client = self._client
         seen = client.estimates.get(estimate_id)
         if seen is None:
-            return  # quoted elsewhere: the quote's id is unknown here
+            return None  # quoted elsewhere: the quote's id is unknown here
         quote_id, seen_at = seen
         validity = client.estimate_validity
         aged = validity is not None and client.clock.monotonic() - seen_at >= 0.9 * validity
         # Half a window of waiting is long enough for an estimate of unknown validity to
         # have expired meanwhile; the GET costs nothing against the order budget.
         if not aged and waited < client.order_limiter.window / 2:
-            return
-        quote = await client.quotes.get(quote_id)
+            return None
+        return self._still_valid(estimate_id, quote_id, waited)
+
+    async def _still_valid(self, estimate_id: int, quote_id: int, waited: float) -> None:
+        quote = await self._client.quotes.get(quote_id)
         try:
             expired = quote.estimate(estimate_id).quote_expired
         except KeyError:
