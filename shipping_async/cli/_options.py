@@ -9,6 +9,7 @@ a plan with :func:`run_plan` and hands it to :func:`~shipping_async.cli._run.exe
 from __future__ import annotations
 
 import argparse
+import math
 
 from shipping_async.cli._evidence import add_webhook_options, webhook_plan
 from shipping_async.cli._run import RunPlan
@@ -101,6 +102,11 @@ def run_plan(command: str, args: argparse.Namespace, *, default_speed: float = 1
     speed = parse_speed(args, default=default_speed)
     limit, window = parse_rate(args, speed=speed)
     webhook = webhook_plan(args)
+    # Checked here for both commands, before anything opens: the runner would refuse
+    # them too, but from inside the run, as a traceback.
+    for option, seconds in (("--lease", args.lease), ("--timeout", args.timeout)):
+        if not 0 < seconds < math.inf:
+            raise ValueError(f"{option} must be a number of seconds > 0, got {seconds:g}")
     if args.max_store_outage is not None and args.max_store_outage <= 0:
         raise ValueError("--max-store-outage must be > 0")
     return RunPlan(

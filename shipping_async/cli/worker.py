@@ -50,10 +50,8 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Work until the journal's jobs are done; returns the exit code."""
     try:
-        if args.lease <= 0 or args.timeout <= 0 or args.concurrency < 1 or args.max_in_flight < 1:
-            raise ValueError(
-                "--lease and --timeout must be > 0, --concurrency and --max-in-flight >= 1"
-            )
+        if args.concurrency < 1 or args.max_in_flight < 1:
+            raise ValueError("--concurrency and --max-in-flight must be >= 1")
         plan = run_plan("worker", args)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -195,3 +195,32 @@ def test_the_rate_budget_follows_the_options(argv: list[str], budget: tuple[int,
     args = parser.parse_args(["bulk", "in.csv", *argv])
     plan = bulk._shared_plan(args)
     assert (plan.limit, plan.window_real) == pytest.approx(budget)
+
+
+@pytest.mark.parametrize("command", ["bulk", "worker"])
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        pytest.param("--lease", "0", id="lease-zero"),
+        pytest.param("--lease", "-5", id="lease-negative"),
+        pytest.param("--timeout", "0", id="timeout-zero"),
+        pytest.param("--timeout", "nan", id="timeout-nan"),
+    ],
+)
+def test_a_lease_or_timeout_that_is_not_positive_is_refused_naming_the_option(
+    command: str, option: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from shipping_async.cli import main
+
+    where = (
+        [str(EXAMPLE), "--sandbox"]
+        if command == "bulk"
+        else ["--journal", "postgresql://127.0.0.1:1/none"]
+    )
+
+    code = main([command, *where, option, value])
+
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith(f"error: {option} must be a number of seconds > 0"), err
+    assert "Traceback" not in err
