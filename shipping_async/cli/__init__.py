@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import importlib
+import os
 import sys
+import threading
 from collections.abc import Sequence
 
 __all__ = ["main"]
@@ -12,6 +16,8 @@ __all__ = ["main"]
 # Each module exposes ``register(subparsers)``, which adds its parser and sets
 # ``handler`` (a callable taking the parsed namespace and returning an exit code).
 _COMMAND_MODULES = ("bulk", "journal", "reconcile", "sandbox", "status", "webhooks", "worker")
+#: The commands whose process ends without tearing the interpreter down (see _end_now).
+_RUNS = ("bulk", "worker")
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -53,6 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     documented = (ShippingError, JournalError)
     try:
         code: int = args.handler(args)
+        if argv is None and args.command in _RUNS:  # the process's own command line
+            _end_now(code)
     except documented as exc:
         print(f"error: {printable(exc)}", file=sys.stderr)
         return 2
@@ -64,6 +72,35 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: {printable(leaf)}", file=sys.stderr)
         return 2
     return code
+
+
+def _end_now(code: int) -> None:
+    """End the process of a finished run at once: the exit handlers run (logging's, an
+    OpenTelemetry SDK's) and stdout and stderr are flushed, but the interpreter is not
+    torn down. Freeing every module and object of a run one by one took 30-50 ms of CPU
+    (0.02 ms per job of a 2,000-job batch) for nothing: the journal, the client and the
+    files were closed by the run itself. Returns (the usual exit follows) under a
+    profiler or a tracer (they write their results at the end), while another thread
+    that the interpreter would wait for is alive, or when a stream cannot be flushed
+    (the usual exit reports it)."""
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        return
+    if any(
+        not thread.daemon
+        for thread in threading.enumerate()
+        if thread is not threading.main_thread()
+    ):
+        return
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        return
+    atexit._run_exitfuncs()  # the handlers the usual exit runs (cleared once run)
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(code)
 
 
 def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:

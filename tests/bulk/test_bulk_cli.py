@@ -224,3 +224,43 @@ def test_a_lease_or_timeout_that_is_not_positive_is_refused_naming_the_option(
     assert code == 2
     assert err.startswith(f"error: {option} must be a number of seconds > 0"), err
     assert "Traceback" not in err
+
+
+# The process's own command line: main() with no arguments, an exit handler of its own.
+_PROGRAM = (
+    "import atexit, sys\n"
+    "atexit.register(lambda: print('exit handler ran', flush=True))\n"
+    "from shipping_async.cli import main\n"
+    "sys.exit(main())\n"
+)
+
+
+def test_a_run_ends_its_process_with_every_line_written_and_the_exit_handlers_run(
+    tmp_path: Path,
+) -> None:
+    """bulk and worker end their process without tearing the interpreter down: what they
+    wrote is all there, the exit code is the run's, and exit handlers still run."""
+    import subprocess
+
+    rows = list(csv.DictReader(EXAMPLE.open(newline="")))[:3]
+    rows[2]["mass_unit"] = "stone"  # a failed row: exit code 1, not 0
+    source = tmp_path / "shipments.csv"
+    with source.open("w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    out = tmp_path / "results.jsonl"
+    argv = ["bulk", str(source), "--sandbox", "--sandbox-speed", "100", "--out", str(out)]
+
+    done = subprocess.run(
+        [sys.executable, "-c", _PROGRAM, *argv, "--progress", "plain"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert done.returncode == 1, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[-1] == "exit handler ran"
+    assert lines[-2].startswith("temporary journal: done 2"), lines
+    assert len(out.read_text().splitlines()) == 3
