@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from shipping_async._hooks import ClientHooks
 from shipping_async._http import _HANDLER_NAME as ENV_HANDLER_NAME
 from shipping_async._http import LOGGER_NAME
+from shipping_async.telemetry._scope import provider_possible
 from shipping_async.telemetry.logs import formatter
 
 if TYPE_CHECKING:
@@ -75,8 +76,9 @@ def _not_written_by_shipping_log(record: logging.LogRecord) -> bool:
 def _tracer_provider_installed() -> bool:
     """Whether spans would go anywhere: the OpenTelemetry API is there and a tracer
     provider is installed (``opentelemetry-instrument`` installs one before the CLI
-    starts). Without one every span is a no-op: the run does not make them at all."""
-    if importlib.util.find_spec("opentelemetry") is None:
+    starts, or the environment names one). Without one every span is a no-op: the run
+    does not make them at all, nor imports the API."""
+    if not provider_possible() or importlib.util.find_spec("opentelemetry") is None:
         return False
     from opentelemetry import trace
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import os
+import sys
 from contextvars import ContextVar, Token
 from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -12,7 +14,7 @@ from shipping_async._version import __version__
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
 
-__all__ = ["JobScope", "current_job", "job_stage"]
+__all__ = ["PROVIDER_ENV", "JobScope", "current_job", "job_stage", "provider_possible"]
 
 
 class JobScope(NamedTuple):
@@ -52,6 +54,24 @@ def _tracer() -> Tracer | None:
 #: Once a tracer provider is installed it stays (OpenTelemetry sets it once per process).
 _INSTALLED: list[bool] = [False]
 _UNSEEN = object()
+#: The variable that names a tracer provider for OpenTelemetry's API to load on first use.
+PROVIDER_ENV = "OTEL_PYTHON_TRACER_PROVIDER"
+
+
+def provider_possible() -> bool:
+    """Whether a tracer provider can be installed now: OpenTelemetry's trace API is loaded
+    (whoever installs a provider loads it first: ``opentelemetry-instrument``, the
+    application) or the environment names a provider for it to load. Otherwise the API
+    is not imported at all (~10 ms of start-up): every span would be a no-op."""
+    return "opentelemetry.trace" in sys.modules or _provider_named()
+
+
+@functools.cache
+def _provider_named() -> bool:
+    """Whether the environment names a tracer provider: read once (``os.environ`` costs
+    about a microsecond a look, and this is asked at every stage of every job), as the
+    API itself loads that provider once, on first use."""
+    return PROVIDER_ENV in os.environ
 
 
 def _recording_tracer() -> Tracer | None:
@@ -65,6 +85,8 @@ def _recording_tracer() -> Tracer | None:
     keeps it elsewhere."""
     if _INSTALLED[0]:
         return _tracer()
+    if not provider_possible():
+        return None
     trace = _trace()
     if trace is None:
         return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -164,6 +165,51 @@ def test_stages_work_unchanged_without_opentelemetry_or_its_configuration(
     )
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "ok"), done.stderr
+
+
+@pytest.mark.parametrize(
+    ("environment", "check"),
+    [
+        pytest.param(
+            {},
+            "assert 'opentelemetry' not in sys.modules",
+            id="not-loaded-not-imported",
+        ),
+        pytest.param(
+            {"OTEL_PYTHON_TRACER_PROVIDER": "sdk_tracer_provider"},
+            "from opentelemetry import trace\n"
+            "with job_stage('quote', 'A-2', 'acme'):\n"
+            "    assert trace.get_current_span().is_recording()",
+            id="named-by-the-environment",
+        ),
+    ],
+)
+def test_stages_import_opentelemetry_only_where_a_provider_can_be_installed(
+    environment: dict[str, str], check: str
+) -> None:
+    """Nobody loaded OpenTelemetry's API and the environment names no provider: no span
+    could record, and the API is not imported (start-up cost). A provider named by the
+    environment is loaded and records."""
+    script = "\n".join(
+        [
+            "import sys",
+            "from shipping_async.telemetry._scope import job_stage",
+            "with job_stage('order', 'A-1', 'acme'):",
+            "    pass",
+            check,
+            "print('ok')",
+        ]
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**env, **environment},
     )
     assert (done.returncode, done.stdout.strip()) == (0, "ok"), done.stderr
 
