@@ -114,31 +114,35 @@ class job_stage:  # named as the function it replaces: ``with job_stage(...)``
     """
 
     __slots__ = ("_reset", "_scope", "_span")
+    _reset: Token[JobScope | None]  # set by __enter__
 
     def __init__(self, stage: str, key: str, account: str) -> None:
         self._scope = JobScope(key, account, stage)
-        self._reset: Token[JobScope | None] | None = None
         self._span: Any = None
 
     def __enter__(self) -> None:
-        scope = self._scope
-        self._reset = _CURRENT.set(scope)
-        try:
-            tracer = _recording_tracer()
-            if tracer is not None:
-                attributes = {
-                    "shipping_async.job.key": scope.key,
-                    "shipping_async.job.stage": scope.stage,
-                    "shipping_async.account": scope.account,
-                }
-                span = tracer.start_as_current_span(
-                    f"shipping_async.job.{scope.stage}", attributes=attributes
-                )
-                span.__enter__()
-                self._span = span
-        except BaseException:
-            _CURRENT.reset(self._reset)
-            raise
+        self._reset = _CURRENT.set(self._scope)
+        if _INSTALLED[0] or provider_possible():  # else no span could record: none is made
+            try:
+                self._open_span()
+            except BaseException:
+                _CURRENT.reset(self._reset)
+                raise
+
+    def _open_span(self) -> None:
+        tracer = _recording_tracer()
+        if tracer is not None:
+            scope = self._scope
+            attributes = {
+                "shipping_async.job.key": scope.key,
+                "shipping_async.job.stage": scope.stage,
+                "shipping_async.account": scope.account,
+            }
+            span = tracer.start_as_current_span(
+                f"shipping_async.job.{scope.stage}", attributes=attributes
+            )
+            span.__enter__()
+            self._span = span
 
     def __exit__(
         self,
@@ -146,9 +150,11 @@ class job_stage:  # named as the function it replaces: ``with job_stage(...)``
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        span = self._span
+        if span is None:
+            _CURRENT.reset(self._reset)
+            return
         try:
-            if self._span is not None:
-                self._span.__exit__(exc_type, exc, tb)
+            span.__exit__(exc_type, exc, tb)
         finally:
-            assert self._reset is not None
             _CURRENT.reset(self._reset)
