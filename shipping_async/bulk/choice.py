@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from decimal import Decimal
 
 from shipping_async.models import Estimate, Quote
 
@@ -11,6 +12,8 @@ __all__ = ["EstimateChooser", "by_service", "cheapest", "parse_choice"]
 #: Any callable from a quote to the estimate to order; it raises ``ValueError`` when
 #: none fits (the job then fails at the quote stage, not retryable).
 EstimateChooser = Callable[[Quote], Estimate]
+
+_ZERO = Decimal(0)
 
 
 def cheapest(currency: str | None = None) -> EstimateChooser:
@@ -38,19 +41,26 @@ def cheapest(currency: str | None = None) -> EstimateChooser:
             for _, priced_in in valid:
                 tally[priced_in] = tally.get(priced_in, 0) + 1
             wanted = next(iter(tally)) if len(tally) == 1 else _most_common(tally)
-        priced = [estimate for estimate, priced_in in valid if priced_in == wanted]
-        if not priced:
+        # The first of the lowest totals, as min() picks it. Every line item of these is
+        # in ``wanted``: the total is their plain sum, ``Estimate.total(wanted)``.
+        chosen: Estimate | None = None
+        lowest = _ZERO
+        for estimate, priced_in in valid:
+            if priced_in == wanted:
+                total = sum([item.cost for item in estimate.line_items], _ZERO)
+                if chosen is None or total < lowest:
+                    chosen, lowest = estimate, total
+        if chosen is None:
             raise ValueError(f"quote {quote.id} has no valid estimate in {wanted}")
-        if len(priced) == 1:
-            return priced[0]
-        return min(priced, key=lambda estimate: estimate.total(wanted))
+        return chosen
 
     return choose
 
 
 def _most_common(tally: dict[str, int]) -> str:
     """The currency most estimates are priced in; a tie goes to the alphabetically first."""
-    return min(tally, key=lambda code: (-tally[code], code))
+    most = max(tally.values())
+    return min(code for code, count in tally.items() if count == most)
 
 
 def _single_currency(estimate: Estimate) -> str | None:
