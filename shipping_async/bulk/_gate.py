@@ -101,6 +101,17 @@ class OrderGate:
 
     async def admit(self) -> None:
         """Wait for the turn to order; raises :class:`GateClosedError` once stopping."""
+        # Nobody in line and a permit free: the turn is now, without the lock (every
+        # order of a batch whose limit is lifted, most of a worker's). Anyone in line
+        # (``_waiting``) is never passed by.
+        if (
+            not self._waiting
+            and not self._stop.is_set()
+            and (self._store_up is None or self._store_up.is_set())
+            and (self._available is None or self._available() > self._reserved)
+        ):
+            self._reserved += 1
+            return
         self._waiting += 1
         try:
             async with self._lock:

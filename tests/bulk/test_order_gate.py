@@ -169,3 +169,39 @@ async def test_a_poke_wakes_the_waiting_job_once_and_it_waits_again(
     with pytest.raises(asyncio.CancelledError):
         await waiting
     await limiter.release(permit, sent=False)
+
+
+async def test_jobs_pass_in_arrival_order_whether_or_not_they_had_to_wait() -> None:
+    """A job that finds nobody in line and a permit free passes at once; one that comes
+    while others wait takes its place behind them, even when a permit is free by then."""
+    clock = ManualClock()
+    limiter = RollingWindowLimiter(2, 60.0, clock=clock)
+    gate = OrderGate(limiter, clock, Signal())
+    await gate.admit()  # free permits, nobody in line: at once
+    gate.sending()
+    first = await limiter.acquire()
+    second = await limiter.acquire()  # both permits on the wire: the next ones wait
+    admitted: list[str] = []
+
+    async def job(name: str) -> None:
+        await gate.admit()
+        admitted.append(name)
+        gate.sending()
+        await limiter.acquire()  # as the client does, right after
+
+    waiting = [asyncio.create_task(job(name)) for name in ("a", "b")]
+    await settle()
+    assert admitted == []
+    await limiter.release(first, sent=False)
+    late = asyncio.create_task(job("late"))  # a permit is free now, but a and b wait
+    gate.poke()
+    await settle()
+    assert admitted == ["a"]
+    await limiter.release(second, sent=False)
+    gate.poke()
+    await settle()
+    assert admitted == ["a", "b"]
+    assert not late.done()  # both permits taken by a and b: late waits its turn
+    await asyncio.gather(*waiting)
+    late.cancel()
+    await asyncio.gather(late, return_exceptions=True)
