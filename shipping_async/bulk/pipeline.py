@@ -88,6 +88,19 @@ _log = logging.getLogger("shipping_async.bulk.pipeline")
 #: quoted again, never lost - so half a rate window costs at most one refused request.
 QUOTE_FRESHNESS = 30.0
 
+# Looked up once: an enum member's ``.value`` is a property call, at every stage of every job.
+_PENDING, _QUOTED, _ORDERED, _WAYBILLED = (
+    JobState.PENDING,
+    JobState.QUOTED,
+    JobState.ORDERED,
+    JobState.WAYBILLED,
+)
+_ORDER_STAGE, _WAYBILL_STAGE, _PICKUP_STAGE = (
+    Stage.ORDER.value,
+    Stage.WAYBILL.value,
+    Stage.PICKUP.value,
+)
+
 
 class _Quotes(Protocol):
     async def create(self, request: QuoteRequest, /) -> Quote: ...
@@ -170,7 +183,7 @@ class JobPipeline:
         self._journal = journal
         self._choose = choose
         self._gate = gate
-        self._quote_places = asyncio.Semaphore(quote_ahead)
+        self._quote_places = Places(quote_ahead)
         self._lease = lease
         self._leases = leases
         self._validity = estimate_validity
@@ -190,26 +203,34 @@ class JobPipeline:
         job = _Claim(self, record.key, record.claim_token)
         # Each stage is a span (with OpenTelemetry) and the job of its log lines.
         key, account = record.key, record.job.account
+        # Without a bound on the jobs doing requests there is no place to take.
+        bounded = self._work_places is not None
         try:
-            if record.state in (JobState.PENDING, JobState.QUOTED):
-                with job_stage(Stage.ORDER.value, key, account):
+            state = record.state
+            if state is _PENDING or state is _QUOTED:
+                with job_stage(_ORDER_STAGE, key, account):
                     record = await self._order_stage(job, record)
-            if record.state is JobState.ORDERED:
-                await job.take_place()
-                with job_stage(Stage.WAYBILL.value, key, account):
+                state = record.state
+            if state is _ORDERED:
+                if bounded:
+                    await job.take_place()
+                with job_stage(_WAYBILL_STAGE, key, account):
                     record = await self._waybill_stage(job, record)
-            if record.state is JobState.WAYBILLED:
-                await job.take_place()
-                with job_stage(Stage.PICKUP.value, key, account):
+                state = record.state
+            if state is _WAYBILLED:
+                if bounded:
+                    await job.take_place()
+                with job_stage(_PICKUP_STAGE, key, account):
                     record = await self._pickup_stage(job, record)
         finally:
-            job.leave_place()
+            if bounded:
+                job.leave_place()
         return record
 
     # -- quote and order -------------------------------------------------------------------
 
     async def _order_stage(self, job: _Claim, record: JobRecord) -> JobRecord:
-        await self._quote_places.acquire()
+        await self._quote_places.take()
         holding = True
         try:
             if self._gate.closed:
@@ -238,7 +259,7 @@ class JobPipeline:
                             return record
                         quoted_at = asked_at
                     if holding:  # quoted and admitted: the next job may go ahead
-                        self._quote_places.release()
+                        self._quote_places.give()
                         holding = False
                     fresh = await self._still_valid(record, quoted_at)
                     if self._gate.closed:  # stopped while quoting: no new order starts
@@ -271,7 +292,7 @@ class JobPipeline:
             )
         finally:
             if holding:
-                self._quote_places.release()
+                self._quote_places.give()
 
     async def _quote(self, job: _Claim, record: JobRecord) -> JobRecord:
         request = record.job.quote
