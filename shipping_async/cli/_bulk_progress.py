@@ -88,7 +88,8 @@ class PlainDisplay:
         self.message(f"{total} shipments")
 
     def result(self, result: ShipmentResult) -> None:
-        parts = [result.status.value, result.key, f"stage={result.stage.value}"]
+        # The statuses and stages are StrEnums: str already (``.value`` is a property call).
+        parts = [result.status, result.key, f"stage={result.stage}"]
         if result.order_id is not None:
             parts.append(f"order={result.order_id}")
         if result.waybills:

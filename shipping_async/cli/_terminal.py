@@ -26,7 +26,10 @@ def printable(value: object) -> str:
     >>> printable("ACME\\x1b[2J\\n42")
     'ACME\\\\x1b[2J\\\\n42'
     """
-    return _UNSAFE.sub(_escape, str(value))
+    text = str(value)
+    # Most text has nothing to escape: str.isprintable() (C) is false for every character
+    # _UNSAFE matches (controls, and the overrides, which are format characters).
+    return text if text.isprintable() else _UNSAFE.sub(_escape, text)
 
 
 def rich_text(value: object) -> str:

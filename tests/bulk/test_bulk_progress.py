@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import io
 
+from hypothesis import given
+from hypothesis import strategies as st
 from rich.console import Console
 
 from shipping_async.bulk.journal import JobState
 from shipping_async.bulk.results import ResultStatus, ShipmentResult, Stage
 from shipping_async.bulk.shipper import RunProgress
 from shipping_async.cli._bulk_progress import PlainDisplay, RichDisplay, _Rates
+from shipping_async.cli._terminal import printable
 
 
 def test_the_bar_keeps_the_eta_on_an_80_column_terminal_with_counts_below() -> None:
@@ -70,3 +73,31 @@ def test_plain_lines_are_escaped_and_flushed_at_the_next_tick_not_one_by_one() -
     display.result(ShipmentResult(key="A-3", status=ResultStatus.DONE, stage=Stage.PICKUP))
     display.stop()
     assert stream.flushed[-1].endswith("done A-3 stage=pickup\n")
+
+
+# Every character printable() escapes: C0 and C1 controls, DEL, the bidirectional overrides.
+_ESCAPED = [
+    *map(chr, range(0x00, 0x20)),
+    *map(chr, range(0x7F, 0xA0)),
+    *map(chr, range(0x202A, 0x202F)),
+    *map(chr, range(0x2066, 0x206A)),
+]
+
+
+def test_every_character_printable_escapes_is_one_python_calls_unprintable() -> None:
+    """printable() returns text as it is when str.isprintable() says so: that is safe
+    only while every character it escapes is one isprintable() refuses."""
+    assert all(not character.isprintable() for character in _ESCAPED)
+
+
+@given(
+    st.text(
+        alphabet=st.sampled_from([*_ESCAPED, "a", "é", " ", "\u2028", "\u200b"]) | st.characters()
+    )
+)
+def test_printable_escapes_exactly_the_unsafe_characters(text: str) -> None:
+    expected = "".join(
+        character.encode("unicode_escape").decode("ascii") if character in _ESCAPED else character
+        for character in text
+    )
+    assert printable(text) == expected
