@@ -213,13 +213,20 @@ class DictJournal:
         return row
 
     async def begin_order(
-        self, token: str, key: str, *, quote_id: int, estimate_id: int
+        self,
+        token: str,
+        key: str,
+        *,
+        quote_id: int,
+        estimate_id: int,
+        quote: JobFields | None = None,
     ) -> JobRecord:
         await _turn()
         row = msgspec.structs.replace(
             self._held(token, key),
             state=JobState.ORDERING,
             order_intent_at=datetime.now(UTC),
+            **{**(quote or {}), "quote_id": quote_id, "estimate_id": estimate_id},
         )
         self.rows[key] = row
         return row

@@ -4,15 +4,15 @@ Run: .venv/bin/python benchmarks/journal_cost.py [--jobs 2000] [--concurrency 32
      [--store postgresql://postgres@127.0.0.1:5432/shipping_bench] [--steady]
 
 The journal of a run alone, without HTTP: ``--jobs`` jobs (cycled from
-``examples/shipments.csv``) go through ``add``, ``claim``, ``record(QUOTED)``,
-``begin_order`` (and its ``sending`` mark), ``record(ORDERED)``, ``record(WAYBILLED)`` and
-``finish(DONE)`` in waves of ``--concurrency`` jobs, batched as a run batches them: one
-``add`` and one ``claim`` per wave (as the feed of ``bulk`` adds a chunk and the lane
-claims its free places), and each write of a wave issued by its own task at once (so that
-the SQLite journal group-commits them, the order intents too, as in a run whose orders
-are ready together). The store is a SQLite file in a
-temporary folder (with its sent marks), or with ``--store postgresql://...`` a fresh
-schema of that database (dropped afterwards). ``--steady`` puts the run's outage wrapper
+``examples/shipments.csv``) go through ``add``, ``claim``, ``begin_order`` (with the
+quote's facts, as a run orders a job right after its quote, and its ``sending`` mark),
+``record(ORDERED)``, ``record(WAYBILLED)`` and ``finish(DONE)`` in waves of
+``--concurrency`` jobs, batched as a run batches them: one ``add`` and one ``claim`` per
+wave (as the feed of ``bulk`` adds a chunk and the lane claims its free places), and each
+write of a wave issued by its own task at once (so that the SQLite journal group-commits
+them, the order intents too, as in a run whose orders are ready together). The store is
+a SQLite file in a temporary folder (with its sent marks), or with ``--store
+postgresql://...`` a fresh schema of that database (dropped afterwards). ``--steady`` puts the run's outage wrapper
 (``SteadyJournal``) in front of it, as a run does.
 
 CPU is the process's (``getrusage``: every thread, the SQLite writer included), in
@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from shipping_async.bulk.jobs import ShipmentJob
-from shipping_async.bulk.journal import JobRecord, JobState
+from shipping_async.bulk.journal import JobFields, JobRecord, JobState
 from shipping_async.bulk.readers import read_jobs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,21 +124,6 @@ async def _nothing() -> None:
 #: The writes of the happy path after the claim, in order: (name, one job's write).
 Write = Callable[[Any, str, str, int], Awaitable[JobRecord]]
 STEPS: list[tuple[str, Write]] = [
-    (
-        "record quoted",
-        lambda journal, token, key, _: journal.record(
-            token,
-            key,
-            JobState.QUOTED,
-            quote_id=7,
-            estimate_id=11,
-            carrier="Sandbox Freight",
-            service="Standard",
-            cost=Decimal("42.50"),
-            currency="USD",
-            hub=False,
-        ),
-    ),
     ("begin_order", lambda journal, token, key, _: _intent(journal, token, key)),
     (
         "record ordered",
@@ -167,9 +152,22 @@ STEPS: list[tuple[str, Write]] = [
 ]
 
 
+#: The facts of the quote each job orders at once (written with its intent).
+QUOTE: JobFields = {
+    "carrier": "Sandbox Freight",
+    "service": "Standard",
+    "cost": Decimal("42.50"),
+    "currency": "USD",
+    "hub": False,
+}
+
+
 async def _intent(journal: Any, token: str, key: str) -> JobRecord:
-    """The order intent, then its request's sent mark (as the send gate writes it)."""
-    record: JobRecord = await journal.begin_order(token, key, quote_id=7, estimate_id=11)
+    """The order intent with its quote, then its request's sent mark (as the send gate
+    writes it)."""
+    record: JobRecord = await journal.begin_order(
+        token, key, quote_id=7, estimate_id=11, quote=QUOTE
+    )
     journal.sending(key)
     return record
 

@@ -10,8 +10,8 @@ measured); then, measured, ``--concurrency`` tasks claim them (one claim for man
 accounts, at most twice the concurrency held, as the worker does) and take each through
 a job's journal writes and its order permit, in a job's order:
 
-    quote (sleep) -> record QUOTED (the estimate's facts) -> order gate admits ->
-    limiter.acquire -> begin_order (the intent, alone) -> POST /orders (sleep) ->
+    order gate admits -> quote (sleep) -> limiter.acquire -> begin_order (the intent,
+    alone, with the quote's facts) -> POST /orders (sleep) ->
     limiter.release(sent=True) -> record ORDERED -> waybill (sleep) -> record WAYBILLED ->
     availabilities + booking (2 sleeps) -> finish DONE
 
@@ -57,7 +57,7 @@ sys.path.insert(0, str(ROOT))
 
 from shipping_async.bulk._gate import OrderGate  # noqa: E402
 from shipping_async.bulk._places import Signal  # noqa: E402
-from shipping_async.bulk.journal import JobRecord, JobState  # noqa: E402
+from shipping_async.bulk.journal import JobFields, JobRecord, JobState  # noqa: E402
 from shipping_async.bulk.readers import read_jobs  # noqa: E402
 from shipping_async.clock import ScaledClock  # noqa: E402
 from shipping_async.limiter import OrderLimiter, RollingWindowLimiter  # noqa: E402
@@ -162,6 +162,16 @@ class _Counted:
             setattr(asyncpg.Connection, name, counting)
 
 
+#: The facts of the quote each job orders at once (written with its intent).
+QUOTE: JobFields = {
+    "carrier": "DHL",
+    "service": "Express",
+    "cost": Decimal("12.34"),
+    "currency": "EUR",
+    "hub": False,
+}
+
+
 class _NoJournal:
     """``--only limiter``: writes that do nothing (the records are the claimed ones)."""
 
@@ -236,21 +246,9 @@ async def run_once(args: argparse.Namespace, spec: str, redis_url: str) -> Resul
         limiter = limiters[record.account]
         await gate.admit()
         await request()  # the quote
-        await writer.record(
-            token,
-            key,
-            JobState.QUOTED,
-            quote_id=1000,
-            estimate_id=2000,
-            carrier="DHL",
-            service="Express",
-            cost=Decimal("12.34"),
-            currency="EUR",
-            hub=False,
-        )
         gate.sending()
         permit = await limiter.acquire()
-        await writer.begin_order(token, key, quote_id=1000, estimate_id=2000)
+        await writer.begin_order(token, key, quote_id=1000, estimate_id=2000, quote=QUOTE)
         await request()  # POST /orders
         await limiter.release(permit, sent=True)
         gate.poke()

@@ -105,9 +105,16 @@ def lease_lapsed(key: str) -> LeaseLostError:
 
 
 def wrong_state(
-    key: str, current: JobState, state: JobState, require: JobState
+    key: str, current: JobState, state: JobState, require: Collection[JobState]
 ) -> JournalStateError:
-    return JournalStateError(f"job {key!r} is {current.value}; {state.value} needs {require.value}")
+    needs = " or ".join(sorted(wanted.value for wanted in require))
+    return JournalStateError(f"job {key!r} is {current.value}; {state.value} needs {needs}")
+
+
+#: Where an order intent may start: a job quoted just now (the quote recorded with the
+#: intent) or quoted earlier; and where its withdrawal must find the job.
+BEFORE_THE_ORDER: tuple[JobState, ...] = (JobState.PENDING, JobState.QUOTED)
+IN_THE_ORDER: tuple[JobState, ...] = (JobState.ORDERING,)
 
 
 class JournalStore(ABC):
@@ -132,11 +139,20 @@ class JournalStore(ABC):
         return await self._update(token, key, state, fields, keep_lease=True)
 
     async def begin_order(
-        self, token: str, key: str, *, quote_id: int, estimate_id: int
+        self,
+        token: str,
+        key: str,
+        *,
+        quote_id: int,
+        estimate_id: int,
+        quote: JobFields | None = None,
     ) -> JobRecord:
         fields: JobFields = {"quote_id": quote_id, "estimate_id": estimate_id}
+        if quote:
+            check_fields(quote)
+            fields = {**quote, **fields}
         return await self._update(
-            token, key, JobState.ORDERING, fields, keep_lease=True, require=JobState.QUOTED
+            token, key, JobState.ORDERING, fields, keep_lease=True, require=BEFORE_THE_ORDER
         )
 
     def sending(self, key: str) -> None:
@@ -145,7 +161,7 @@ class JournalStore(ABC):
 
     async def withdraw_order(self, token: str, key: str) -> JobRecord:
         return await self._update(
-            token, key, JobState.QUOTED, {}, keep_lease=True, require=JobState.ORDERING
+            token, key, JobState.QUOTED, {}, keep_lease=True, require=IN_THE_ORDER
         )
 
     async def finish(
@@ -176,13 +192,13 @@ class JournalStore(ABC):
         fields: JobFields,
         *,
         keep_lease: bool,
-        require: JobState | None = None,
+        require: Collection[JobState] | None = None,
     ) -> JobRecord:
         """Move ``key`` to ``state`` with ``fields``, atomically with its checks.
 
         Only while ``token`` is the job's claim token (:func:`lease_lost`); into
         ``ORDERING`` only with the lease live as well (:func:`lease_lapsed`); if
-        ``require`` is given, only from that state (:func:`wrong_state`). The lease (and
+        ``require`` is given, only from one of those states (:func:`wrong_state`). The lease (and
         token) is kept or dropped. The token is checked first: a stale task learns that
         its claim is gone, never a misleading state error.
         """

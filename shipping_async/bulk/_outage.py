@@ -407,14 +407,20 @@ class SteadyJournal:
         )
 
     async def begin_order(
-        self, token: str, key: str, *, quote_id: int, estimate_id: int
+        self,
+        token: str,
+        key: str,
+        *,
+        quote_id: int,
+        estimate_id: int,
+        quote: JobFields | None = None,
     ) -> JobRecord:
         if self.away:  # the gate admitted this job just before the store went
             raise IntentUnsettled(f"job {key!r}: the journal store is away; nothing was sent")
         began = time.monotonic()
         try:
             record = await self.store.begin_order(
-                token, key, quote_id=quote_id, estimate_id=estimate_id
+                token, key, quote_id=quote_id, estimate_id=estimate_id, quote=quote
             )
         except Exception as exc:
             if not unreachable(exc):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -59,16 +59,18 @@ def move(
     now: datetime,
     *,
     keep_lease: bool,
-    require: JobState | None,
+    require: Collection[JobState] | None,
     intent: tuple[datetime, str] | None = None,
 ) -> JobRecord | None:
     """``current`` (the row as stored, under its claim token) moved to ``state`` with
     ``fields``; ``intent`` for the order intent: its real wall-clock time and that time
     as stored (:func:`~shipping_async.bulk._sqlite_rows.wall_stamp`).
 
-    ``None`` when the row is not under that token (or not in ``require``, or, for the
-    intent, its lease lapsed): nothing was written.
+    ``None`` when the row is not under that token (or not in one of the states of
+    ``require``, or, for the intent, its lease lapsed): nothing was written.
     """
+    if require is not None and current.state not in require:
+        return None  # the row, read, says why
     changed = {name: value for name, value in fields.items() if getattr(current, name) != value}
     sql = _move_sql(
         bool(changed), "retryable" in changed, not keep_lease, intent is not None, bool(require)
@@ -81,8 +83,8 @@ def move(
     if intent is not None:
         params.append(intent[1])
     params += [current.key, current.claim_token]
-    if require is not None:
-        params.append(require.value)
+    if require is not None:  # the state kept for it, one of require's: fenced by the row's
+        params.append(current.state.value)
     if intent is not None:
         params.append(now.timestamp())
     if db.execute(sql, params).rowcount != 1:

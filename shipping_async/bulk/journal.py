@@ -2,10 +2,19 @@
 
 A job moves through these states; each move is one committed write::
 
-    PENDING --quote--> QUOTED --begin_order--> ORDERING --201--> ORDERED --waybill--> WAYBILLED
-       ^                 |  (intent durable       |                  --pickup--> DONE
-       |   estimate      |   before POST /orders)  +--no answer / crash--> UNKNOWN
-       +---- expired ----+                          +--refused (4xx)-----> FAILED or QUOTED
+    PENDING --quote, begin_order--> ORDERING --201--> ORDERED --waybill--> WAYBILLED
+      ^  |                             ^  |                          --pickup--> DONE
+      |  | quoted, not sent at once    |  +--no answer / crash--> UNKNOWN
+      |  v                             |  +--refused (4xx)------> FAILED
+      +-QUOTED -----begin_order--------+  +--429, 400: withdraw_order--> QUOTED
+    estimate
+    expired
+
+The intent (``begin_order``, durable before POST /orders) records the quote's facts
+along with it: a job whose order is sent right after its quote needs no write of its
+own for the quote. ``QUOTED`` is written when the order is not sent at once (withdrawn
+after a 429 or a refusal, the run stopping between the quote and the order); a crash
+between a quote and its intent leaves the job ``PENDING``, to be quoted again.
 
 ``FAILED`` keeps the ids reached so far (a failed waybill keeps its ``order_id``), so a
 retry continues after the last step that succeeded and never orders twice. ``UNKNOWN``
@@ -26,9 +35,10 @@ handing it out.
 
 :class:`Journal` is the protocol; ``SQLiteJournal`` (one process, a file) implements it
 here, and a PostgreSQL store for many workers implements the same methods with
-``SELECT ... FOR UPDATE SKIP LOCKED`` in ``claim`` and the ``QUOTED -> ORDERING`` move of
-``begin_order`` as one ``UPDATE ... WHERE state = 'quoted' AND claim_token = $token AND
-lease_until > now()`` (the order step claimed and the intent recorded in one transaction).
+``SELECT ... FOR UPDATE SKIP LOCKED`` in ``claim`` and the move into ``ORDERING`` of
+``begin_order`` as one ``UPDATE ... WHERE state IN ('pending', 'quoted') AND claim_token =
+$token AND lease_until > now()`` (the order step claimed and the intent recorded in one
+transaction).
 """
 
 from __future__ import annotations
@@ -241,14 +251,23 @@ class Journal(Protocol):
         ...
 
     async def begin_order(
-        self, token: str, key: str, *, quote_id: int, estimate_id: int
+        self,
+        token: str,
+        key: str,
+        *,
+        quote_id: int,
+        estimate_id: int,
+        quote: JobFields | None = None,
     ) -> JobRecord:
-        """Record the intent to POST /orders (``QUOTED -> ORDERING``); durable on return.
+        """Record the intent to POST /orders (into ``ORDERING``); durable on return.
 
-        Only from ``QUOTED`` (:class:`JournalStateError` otherwise) and only under the
-        current claim with its lease live (:class:`LeaseLostError`). Write it when the
-        order's permit is granted, then call :meth:`sending` and send at once; never the
-        other way round. Intents that arrive together may share one commit.
+        ``quote_id`` and ``estimate_id`` name the estimate ordered; ``quote`` adds the
+        facts of a quote made just now and not recorded (carrier, service, cost,
+        currency, hub), written with the intent. Only from ``PENDING`` or ``QUOTED``
+        (:class:`JournalStateError` otherwise) and only under the current claim with its
+        lease live (:class:`LeaseLostError`). Write it when the order's permit is
+        granted, then call :meth:`sending` and send at once; never the other way round.
+        Intents that arrive together may share one commit.
         """
         ...
 

@@ -11,9 +11,12 @@ stage is the careful one:
    and an older one (or one quoted by an earlier run) is checked with ``GET /quotes/{id}``.
    Expired: quote again, back to 2.
 4. ``orders.create``: when its permit is granted (the limiter not paused), the intent is
-   written (``begin_order``, durable, fenced by the claim token) and the request leaves
-   at once. A 429 or a connection that never opened withdraws the intent before the
-   client waits to re-send (see :data:`shipping_async._retry.order_intent`).
+   written (``begin_order``, durable, fenced by the claim token, with the facts of a
+   quote made just before: a quote has no write of its own when its order follows) and
+   the request leaves at once. A 429 or a connection that never opened withdraws the
+   intent (the job is ``QUOTED``) before the client waits to re-send (see
+   :data:`shipping_async._retry.order_intent`); a run that stops between a quote and
+   its order records the quote.
 5. 201: ``ORDERED``. A 400 whose estimate turns out expired: quote again. Any other
    refusal: ``FAILED`` (nothing was created; the intent is gone). No answer, or a 5xx
    (the server may have created the order before failing): ``UNKNOWN``, never re-sent
@@ -263,6 +266,7 @@ class JobPipeline:
                         holding = False
                     fresh = await self._still_valid(record, quoted_at)
                     if self._gate.closed:  # stopped while quoting: no new order starts
+                        await job.keep_quote()
                         raise Stopped
                 except ShippingError as exc:
                     self._gate.sending()  # not sending after all: give the turn back
@@ -272,7 +276,7 @@ class JobPipeline:
                     raise
                 if not fresh:
                     self._gate.sending()
-                    record = await job.record(JobState.PENDING)
+                    record = await job.requote(record)
                     expired += 1
                     continue
                 try:
@@ -285,7 +289,7 @@ class JobPipeline:
                     continue
                 if outcome is not None:
                     return outcome
-                record = await job.record(JobState.PENDING)
+                record = await job.requote(record)
                 expired += 1
             return await job.fail(
                 Stage.ORDER, f"the estimate expired {self._max_requotes + 1} times"
@@ -307,15 +311,17 @@ class JobPipeline:
         except (ShippingError, ValueError) as exc:
             return await job.fail(Stage.QUOTE, exc)
         currency = estimate.currency  # a set of the line items' currencies: asked once
-        return await job.record(
-            JobState.QUOTED,
-            quote_id=quote.id,
-            estimate_id=estimate.estimate_id,
-            carrier=estimate.shipping_company,
-            service=estimate.shipping_service,
-            cost=estimate.total(currency) if currency else None,
-            currency=currency,
-            hub=quote.hub_transit or request.hub_transit,
+        return job.quoted(
+            record,
+            {
+                "quote_id": quote.id,
+                "estimate_id": estimate.estimate_id,
+                "carrier": estimate.shipping_company,
+                "service": estimate.shipping_service,
+                "cost": estimate.total(currency) if currency else None,
+                "currency": currency,
+                "hub": quote.hub_transit or request.hub_transit,
+            },
         )
 
     async def _still_valid(self, record: JobRecord, quoted_at: float | None) -> bool:
@@ -433,13 +439,16 @@ class JobPipeline:
 class _Claim:
     """One job under one claim: every write names its token."""
 
-    __slots__ = ("key", "pipeline", "placed", "token")
+    __slots__ = ("key", "pipeline", "placed", "quote", "token")
 
     def __init__(self, pipeline: JobPipeline, key: str, token: str) -> None:
         self.pipeline = pipeline
         self.key = key
         self.token = token
         self.placed = False  # holds one of the run's work places
+        #: The facts of a quote made by this claim and not recorded yet: the order's
+        #: intent records them (no write of their own when the order follows at once).
+        self.quote: JobFields | None = None
 
     async def take_place(self, *, unless_stopped: bool = False) -> bool:
         """Hold one of the run's work places from now to the end of the job (once);
@@ -465,9 +474,33 @@ class _Claim:
         return record
 
     async def finish(self, state: JobState, **fields: Unpack[JobFields]) -> JobRecord:
+        if self.quote is not None:  # a quote not recorded: the result keeps it
+            fields = {**self.quote, **fields}
+            self.quote = None
         record = await self.pipeline._journal.finish(self.token, self.key, state, **fields)
         self.pipeline._observe(record)
         return record
+
+    def quoted(self, record: JobRecord, quote: JobFields) -> JobRecord:
+        """``record`` quoted with ``quote``, not written: the order's intent writes it
+        (:meth:`keep_quote` when the order is not sent)."""
+        self.quote = quote
+        return msgspec.structs.replace(record, state=JobState.QUOTED, **quote)
+
+    async def keep_quote(self) -> None:
+        """Record the quote not written yet (the run stops before its order): a later run
+        checks its estimate instead of quoting again."""
+        if self.quote is not None:
+            quote, self.quote = self.quote, None
+            await self.record(JobState.QUOTED, **quote)
+
+    async def requote(self, record: JobRecord) -> JobRecord:
+        """The estimate of ``record`` expired: the job is ``PENDING`` again, to be quoted
+        again (a write only when its quote was recorded)."""
+        if self.quote is not None:  # the journal still holds the job pending
+            self.quote = None
+            return msgspec.structs.replace(record, state=JobState.PENDING)
+        return await self.record(JobState.PENDING)
 
     async def fail(self, stage: Stage, error: BaseException | str) -> JobRecord:
         retryable = isinstance(error, BaseException) and is_retryable(error)
@@ -497,6 +530,7 @@ class _Claim:
         answers; an intent that committed is taken back, so the job is ``QUOTED`` again.
         :class:`LeaseLostError` when the job was claimed again meanwhile."""
         journal = self.pipeline._journal
+        self.quote = None  # recorded with the intent, or quoted again from pending
         current = await journal.get(self.key)
         if current is None or current.claim_token != self.token:
             raise LeaseLostError(f"job {self.key!r}: claimed again during the store's outage")
@@ -563,17 +597,27 @@ class _Intent:
     async def granted(self) -> None:
         pipeline, job = self._job.pipeline, self._job
         journal = pipeline._journal
+        quote = job.quote  # a quote not recorded yet goes with the intent
         try:
             record = await journal.begin_order(
-                job.token, job.key, quote_id=self._quote_id, estimate_id=self._estimate_id
+                job.token,
+                job.key,
+                quote_id=self._quote_id,
+                estimate_id=self._estimate_id,
+                quote=quote,
             )
         except LeaseLostError:
             # The lease may only have lapsed (a slow journal): take it back if nobody
             # claimed the job since, else this raises and nothing is sent.
             await job.hold()
             record = await journal.begin_order(
-                job.token, job.key, quote_id=self._quote_id, estimate_id=self._estimate_id
+                job.token,
+                job.key,
+                quote_id=self._quote_id,
+                estimate_id=self._estimate_id,
+                quote=quote,
             )
+        job.quote = None
         self._recorded = True
         pipeline._observe(record)
 

@@ -49,6 +49,7 @@ from typing import Any, Self
 import msgspec
 
 from shipping_async.bulk._journal_store import (
+    IN_THE_ORDER,
     JOB_ENCODER,
     NO_ERROR,
     JournalStore,
@@ -489,7 +490,7 @@ class SQLiteJournal(JournalStore):
         fields: JobFields,
         *,
         keep_lease: bool,
-        require: JobState | None = None,
+        require: Collection[JobState] | None = None,
     ) -> JobRecord:
         now = self._clock.now()
         # The intent's real time, and its text as stored and as its sent mark says it.
@@ -507,7 +508,7 @@ class SQLiteJournal(JournalStore):
             expiry = record.lease_until
             if state is JobState.ORDERING and (expiry is None or expiry <= now):
                 raise lease_lapsed(key)
-            if require is not None and record.state is not require:
+            if require is not None and record.state not in require:
                 raise wrong_state(key, record.state, state, require)
             lease: Lease = NO_LEASE
             if keep_lease:
@@ -543,7 +544,7 @@ class SQLiteJournal(JournalStore):
                 self._jobs.pop(key, None)
             return record
 
-        if require is JobState.ORDERING:  # taking the intent back
+        if require == IN_THE_ORDER:  # taking the intent back
             record = await self._writer.write_now(change)
         else:
             record = await self._writer.write(change, atomic=True)

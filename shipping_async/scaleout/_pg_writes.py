@@ -17,7 +17,7 @@ so is its withdrawal).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any, Generic, TypeVar
 
 import msgspec
@@ -56,7 +56,7 @@ def update_sql(jobs: str) -> str:
     """The statement of many writes: ``$1`` is the JSON array of :func:`write_item` rows.
 
     Each row changes its job only under its claim token (``live``: and with the lease
-    running, for the order intent; ``require``: and from that state). It returns the key,
+    running, for the order intent; ``require``: and from one of those states). It returns the key,
     the token and the stamps the store set; the rest of the record the caller knows.
     """
     facts = ", ".join(
@@ -73,9 +73,9 @@ def update_sql(jobs: str) -> str:
         "order_intent_at = CASE WHEN c.state = 'ordering' THEN now() "
         "ELSE j.order_intent_at END "
         "FROM jsonb_to_recordset($1::jsonb) AS c(key text, token text, state text, "
-        f"require text, keep boolean, live boolean, sets jsonb, {columns}) "
+        f"require text[], keep boolean, live boolean, sets jsonb, {columns}) "
         "WHERE j.key = c.key AND j.claim_token = c.token "
-        "AND (c.require IS NULL OR j.state = c.require) "
+        "AND (c.require IS NULL OR j.state = ANY(c.require)) "
         "AND (NOT c.live OR j.lease_until > now()) "
         "RETURNING j.key, c.token, j.updated_at, j.order_intent_at"
     )
@@ -88,14 +88,14 @@ def write_item(
     fields: JobFields,
     *,
     keep_lease: bool,
-    require: JobState | None,
+    require: Collection[JobState] | None,
 ) -> dict[str, Any]:
     """One row of :func:`update_sql`'s ``$1``."""
     return {
         "key": key,
         "token": token,
         "state": state.value,
-        "require": None if require is None else require.value,
+        "require": None if require is None else [wanted.value for wanted in require],
         "keep": keep_lease,
         "live": state is JobState.ORDERING,
         "sets": list(fields),

@@ -35,6 +35,7 @@ import msgspec
 from shipping_async._cleartext import warn_if_cleartext
 from shipping_async.bulk._journal_store import (
     DIED_MID_ORDER,
+    IN_THE_ORDER,
     JOB_DECODER,
     JOB_ENCODER,
     JOB_FIELDS,
@@ -480,10 +481,10 @@ class PostgresJournal(JournalStore):
         fields: JobFields,
         *,
         keep_lease: bool,
-        require: JobState | None = None,
+        require: Collection[JobState] | None = None,
     ) -> JobRecord:
         item = write_item(token, key, state, fields, keep_lease=keep_lease, require=require)
-        if JobState.ORDERING in (state, require):
+        if state is JobState.ORDERING or require == IN_THE_ORDER:
             # The order intent goes alone and at once: its send follows its commit. Its
             # withdrawal likewise, so that a crash right after the answer finds it taken
             # back (as the SQLite journal does).
@@ -505,7 +506,7 @@ class PostgresJournal(JournalStore):
             raise no_such_job(key)
         if current.claim_token != token:
             raise lease_lost(key)
-        if require is not None and current.state is not require:
+        if require is not None and current.state not in require:
             raise wrong_state(key, current.state, state, require)
         raise lease_lapsed(key)
 

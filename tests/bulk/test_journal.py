@@ -12,6 +12,7 @@ import msgspec
 import pytest
 
 from shipping_async.bulk.journal import (
+    JobFields,
     JobState,
     Journal,
     JournalError,
@@ -106,6 +107,24 @@ async def test_begin_order_twice_is_refused(path: Path) -> None:
         await journal.begin_order(t, "A", quote_id=1, estimate_id=2)
         with pytest.raises(JournalStateError):
             await journal.begin_order(t, "A", quote_id=1, estimate_id=2)
+
+
+async def test_begin_order_from_pending_records_the_quote_with_the_intent(path: Path) -> None:
+    # A job whose order follows its quote at once: one write for both (none for QUOTED).
+    async with await SQLiteJournal.open(path) as journal:
+        await journal.add([make_job("A")])
+        t = (await claim(journal))["A"]
+        quote: JobFields = {"carrier": "Sandbox Freight", "cost": Decimal("12.50"), "hub": True}
+        intent = await journal.begin_order(t, "A", quote_id=7, estimate_id=70, quote=quote)
+        facts = (intent.state, intent.quote_id, intent.estimate_id, intent.cost, intent.hub)
+        assert facts == (JobState.ORDERING, 7, 70, Decimal("12.50"), True)
+        assert await journal.get("A") == intent
+        withdrawn = await journal.withdraw_order(t, "A")  # a 429: the quote stays recorded
+        assert (withdrawn.state, withdrawn.carrier) == (JobState.QUOTED, "Sandbox Freight")
+        assert await journal.get("A") == withdrawn
+        await journal.record(t, "A", JobState.ORDERED, order_id=1)
+        with pytest.raises(JournalStateError, match="ordering needs pending or quoted"):
+            await journal.begin_order(t, "A", quote_id=7, estimate_id=70)
 
 
 async def test_a_withdrawn_intent_leaves_the_job_quoted_and_a_restart_resumes_it(

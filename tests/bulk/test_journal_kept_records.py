@@ -56,13 +56,14 @@ async def _one_of_each(
         "currency": "USD",
         "hub": True,
     }
+    requote: Any = {"carrier": "Other Freight", "cost": Decimal("43.10"), "hub": False}
     steps: list[Any] = [
         lambda: journal.record(a, "PO-0000", JobState.QUOTED, **quote),
         lambda: journal.begin_order(a, "PO-0000", quote_id=7, estimate_id=11),
         lambda: journal.withdraw_order(a, "PO-0000"),
         lambda: journal.record(a, "PO-0000", JobState.PENDING),  # the estimate expired
-        lambda: journal.record(a, "PO-0000", JobState.QUOTED, **{**quote, "quote_id": 8}),
-        lambda: journal.begin_order(a, "PO-0000", quote_id=8, estimate_id=12),
+        # Quoted again and ordered at once: the quote goes with the intent.
+        lambda: journal.begin_order(a, "PO-0000", quote_id=8, estimate_id=12, quote=requote),
         lambda: journal.record(a, "PO-0000", JobState.ORDERED, order_id=501),
         lambda: journal.record(a, "PO-0000", JobState.WAYBILLED, waybills=["WB1", None], hub=False),
         lambda: journal.finish(

@@ -89,9 +89,17 @@ async def _claimed(journal: SQLiteJournal) -> JobRecord:
     return record
 
 
-@pytest.mark.parametrize("answer", ["refused", "429"])
+# A refused connection records no intent: the job is still pending (its quote, made just
+# before, is written with the intent only). A 429 withdraws the intent: quoted.
+@pytest.mark.parametrize(
+    ("answer", "waits_as"),
+    [
+        pytest.param("refused", JobState.PENDING, id="refused"),
+        pytest.param("429", JobState.QUOTED, id="429"),
+    ],
+)
 async def test_an_order_that_certainly_created_nothing_leaves_no_intent_to_become_unknown(
-    tmp_path: Path, answer: str
+    tmp_path: Path, answer: str, waits_as: JobState
 ) -> None:
     path, copy = tmp_path / "batch.journal", tmp_path / "crashed.journal"
     # The client's backoff and 429 pause wait on a clock that stands still until told.
@@ -126,8 +134,8 @@ async def test_an_order_that_certainly_created_nothing_leaves_no_intent_to_becom
 
         current = await journal.get(KEY)
         assert current is not None
-        assert current.state is JobState.QUOTED
-        assert await _crash_now(path, copy) is JobState.QUOTED  # resumable, not unknown
+        assert current.state is waits_as
+        assert await _crash_now(path, copy) is waits_as  # resumable, not unknown
         assert orders_created(sandbox) == {}
 
         while not task.done():
@@ -181,7 +189,9 @@ async def test_an_intent_refused_at_the_write_sends_nothing_and_says_why(
         assert limiter.available() == 20  # the permit went back unused
         current = await journal.get(KEY)
         assert current is not None
-        assert current.state is JobState.QUOTED
+        # Nothing of the stale claim was written (its quote goes with the intent only).
+        assert current.state is JobState.PENDING
+        assert current.quote_id is None
 
 
 async def test_an_intents_sent_mark_follows_its_commit_and_nothing_runs_before_the_first_byte(

@@ -224,10 +224,34 @@ async def test_order_intents_of_the_last_window_are_listed_per_account(
     assert await journal.order_intent_ages(within=0.01) == []
 
 
-async def test_begin_order_only_from_quoted(journal: PostgresJournal) -> None:
+async def test_begin_order_from_pending_records_the_quote_with_the_intent(
+    journal: PostgresJournal,
+) -> None:
+    # A job whose order follows its quote at once: one write for both (none for QUOTED).
     (key,) = await add(journal, 1)
     t = (await claim(journal, "w1"))[key]
-    with pytest.raises(JournalStateError, match="needs quoted"):
+    quote: Any = {"carrier": "Sandbox Freight", "cost": Decimal("12.50"), "currency": "USD"}
+    intent = await journal.begin_order(t, key, quote_id=7, estimate_id=70, quote=quote)
+    facts = (intent.state, intent.quote_id, intent.estimate_id, intent.carrier, intent.cost)
+    assert facts == (JobState.ORDERING, 7, 70, "Sandbox Freight", Decimal("12.50"))
+    assert await journal.get(key) == intent
+    withdrawn = await journal.withdraw_order(t, key)  # a 429: the quote stays recorded
+    assert (withdrawn.state, withdrawn.quote_id, withdrawn.currency) == (
+        JobState.QUOTED,
+        7,
+        "USD",
+    )
+    assert await journal.get(key) == withdrawn
+
+
+async def test_begin_order_only_before_the_order(journal: PostgresJournal) -> None:
+    (key,) = await add(journal, 1)
+    t = (await claim(journal, "w1"))[key]
+    await journal.begin_order(t, key, quote_id=7, estimate_id=70)
+    with pytest.raises(JournalStateError, match="ordering needs pending or quoted"):
+        await journal.begin_order(t, key, quote_id=7, estimate_id=70)
+    await journal.record(t, key, JobState.ORDERED, order_id=1)
+    with pytest.raises(JournalStateError, match="needs pending or quoted"):
         await journal.begin_order(t, key, quote_id=7, estimate_id=70)
 
 
