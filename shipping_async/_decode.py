@@ -22,6 +22,7 @@ msgspec reports one error per attempt, so each repair costs one more decode; at 
 from __future__ import annotations
 
 import logging
+import operator
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -73,12 +74,9 @@ class Answer(Generic[E, T]):
     strip: tuple[str, ...] = ()
     empty: bytes | None = None
     #: Worked out on first use (not at import: a decoder and the fields of a struct
-    #: cost milliseconds to make): the decoder of ``wire``, and ``identity`` as
-    #: attribute paths on the decoded value (see :func:`_decoded_identity`).
-    _decoder: msgspec.json.Decoder[E] | None = field(default=None, init=False, repr=False)
-    _identity_attributes: tuple[tuple[tuple[str, ...], ...], ...] | None = field(
-        default=None, init=False, repr=False
-    )
+    #: cost milliseconds to make): how an answer that decodes whole is read
+    #: (:func:`_whole_reader`).
+    _read: Callable[[bytes], T] | None = field(default=None, init=False, repr=False)
 
 
 def read_answer(raw: bytes, answer: Answer[Any, T], *, lenient: bool, what: str) -> T:
@@ -87,21 +85,17 @@ def read_answer(raw: bytes, answer: Answer[Any, T], *, lenient: bool, what: str)
     Raises ``msgspec.DecodeError`` (``ValidationError`` included) or ``ValueError`` when
     the answer is unreadable: not JSON, the wrong shape, or (lenient) its identity lost.
     """
-    if answer.empty is not None and not raw.strip():
-        raw = answer.empty
-    read = answer._decoder
+    read = answer._read
     if read is None:
-        read = answer._decoder = decoder(answer.wire)
+        read = answer._read = _whole_reader(answer)
     try:
-        envelope = read.decode(raw)
+        return read(raw)
     except msgspec.ValidationError as exc:
         if not lenient:
             raise
+        if answer.empty is not None and not raw.strip():
+            raw = answer.empty
         envelope, undecoded = _repair(raw, answer.wire, exc)
-    else:
-        if answer.identity:
-            _check_decoded_identity(answer, envelope, raw)
-        return answer.unwrap(envelope)
     _check_identity(answer, undecoded, raw)
     result = answer.unwrap(envelope)
     reported = [_relative(item, answer.strip) for item in undecoded]
@@ -209,27 +203,51 @@ def _relative(item: Undecoded, strip: tuple[str, ...]) -> Undecoded:
     return item
 
 
-def _check_decoded_identity(answer: Answer[Any, Any], envelope: Any, raw: bytes) -> None:
-    """:func:`_check_identity` of an answer that decoded whole, read on the decoded value
-    (not by decoding ``raw`` once more) wherever that reads the same."""
-    paths = answer._identity_attributes
-    if paths is None:
-        paths = answer._identity_attributes = _decoded_identity(answer)
-    if not paths:  # some identifying field cannot be read off the decoded value
-        _check_identity(answer, [], raw)
-        return
-    for attributes in paths:
-        if all(_present(envelope, names) for names in attributes):
-            return
-    _unreadable(answer)
+def _whole_reader(answer: Answer[Any, T]) -> Callable[[bytes], T]:
+    """How ``answer`` reads a body that decodes whole: decoded by the cached decoder, its
+    identity checked (on the decoded value, not by decoding the body once more, wherever
+    that reads the same: see :func:`_decoded_identity`), unwrapped. Raises
+    ``msgspec.ValidationError`` when the body does not decode whole (then the lenient
+    way repairs it)."""
+    decode = decoder(answer.wire).decode
+    unwrap, empty = answer.unwrap, answer.empty
+    check: Callable[[Any, bytes], None] | None = None
+    if answer.identity:
+        paths = _decoded_identity(answer)
+        if not paths:  # some identifying field cannot be read off the decoded value
+
+            def check(envelope: Any, raw: bytes) -> None:
+                _check_identity(answer, [], raw)
+
+        else:
+            # Each alternative: all of its fields present (not None along the way).
+            alternatives = [
+                [operator.attrgetter(".".join(names)) for names in attributes]
+                for attributes in paths
+            ]
+
+            def check(envelope: Any, raw: bytes) -> None:
+                for getters in alternatives:
+                    if all(_present(envelope, get) for get in getters):
+                        return
+                _unreadable(answer)
+
+    def read(raw: bytes) -> T:
+        if empty is not None and not raw.strip():
+            raw = empty
+        envelope = decode(raw)
+        if check is not None:
+            check(envelope, raw)
+        return unwrap(envelope)
+
+    return read
 
 
-def _present(node: Any, names: tuple[str, ...]) -> bool:
-    for name in names:
-        node = getattr(node, name)
-        if node is None:
-            return False
-    return True
+def _present(envelope: Any, get: Callable[[Any], Any]) -> bool:
+    try:
+        return get(envelope) is not None
+    except AttributeError:  # None on the way
+        return False
 
 
 def _decoded_identity(answer: Answer[Any, Any]) -> tuple[tuple[tuple[str, ...], ...], ...]:

@@ -74,12 +74,16 @@ class APICall:
         return max(0, self.attempts - 1)
 
 
-_CURRENT: ContextVar[APICall | None] = ContextVar("shipping_async_call", default=None)
+_CURRENT: ContextVar[APICall | _Unobserved | None] = ContextVar("shipping_async_call", default=None)
 
 
 def current_call() -> APICall | None:
     """The API call the running task is making, for log records (``None`` outside one)."""
-    return _CURRENT.get()
+    call = _CURRENT.get()
+    if call is None or type(call) is APICall:
+        return call
+    assert isinstance(call, _Unobserved)
+    return call.record()
 
 
 class ClientHooks:
@@ -223,7 +227,7 @@ class _Observed:
         )
         self._reason: str | None = None
         self._sent_at = 0.0
-        self._reset: Token[APICall | None] | None = None
+        self._reset: Token[APICall | _Unobserved | None] | None = None
 
     # -- the call: ``with observed:`` around the retry loop --------------------------------
 
@@ -304,20 +308,38 @@ class _Observed:
 
 class _Unobserved:
     """:class:`_Observed` for a client without hooks: only the call record the log lines
-    read (``operation``, ``status``), kept exactly as ``_Observed`` keeps it."""
+    read (``operation``, ``status``), kept exactly as ``_Observed`` keeps it.
 
-    __slots__ = ("_call", "_reset")
+    The record (an :class:`APICall`) is made only when a log line asks for it
+    (:func:`current_call`), which a call that logs nothing never does; until then its
+    counts are kept here.
+    """
+
+    __slots__ = ("_attempts", "_error", "_operation", "_record", "_reset", "_status")
 
     def __init__(self, operation: Operation) -> None:
-        self._call = APICall(
-            operation=operation.name,
-            method=operation.method,
-            route=operation.route or route_of(operation.path),
-        )
-        self._reset: Token[APICall | None] | None = None
+        self._operation = operation
+        self._attempts = 0
+        self._status: int | None = None
+        self._error: str | None = None
+        self._record: APICall | None = None
+        self._reset: Token[APICall | _Unobserved | None] | None = None
+
+    def record(self) -> APICall:
+        """The call record, as :class:`_Observed` would keep it, up to date."""
+        call = self._record
+        if call is None:
+            operation = self._operation
+            call = self._record = APICall(
+                operation=operation.name,
+                method=operation.method,
+                route=operation.route or route_of(operation.path),
+            )
+        call.attempts, call.status, call.error = self._attempts, self._status, self._error
+        return call
 
     def __enter__(self) -> _Unobserved:
-        self._reset = _CURRENT.set(self._call)
+        self._reset = _CURRENT.set(self)
         return self
 
     def __exit__(
@@ -329,21 +351,28 @@ class _Unobserved:
         if self._reset is not None:
             _CURRENT.reset(self._reset)
 
+    # A record handed out is kept up to date from then on, as _Observed keeps its own.
+
     def sending(self) -> None:
-        call = self._call
-        call.attempts += 1
-        call.status = call.error = None
+        self._attempts += 1
+        self._status = self._error = None
+        if self._record is not None:
+            self.record()
 
     def answered(self, error: BaseException | None) -> None:
         if error is None:
             return
         if isinstance(error, APIStatusError):
-            self._call.status = error.status
+            self._status = error.status
         else:
-            self._call.error = type(error.__cause__ or error).__name__
+            self._error = type(error.__cause__ or error).__name__
+        if self._record is not None:
+            self.record()
 
     def status(self, status: int) -> None:
-        self._call.status = status
+        self._status = status
+        if self._record is not None:
+            self.record()
 
     def limiter(self, limiter: OrderLimiter) -> OrderLimiter:
         return limiter

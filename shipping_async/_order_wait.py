@@ -26,6 +26,7 @@ __all__ = [
     "acquire_within",
     "expected_wait",
     "finish_abandoned",
+    "finished",
     "run_to_the_end",
     "wait_timeout",
 ]
@@ -111,16 +112,32 @@ async def acquire_within(
 
 async def run_to_the_end(work: Coroutine[Any, Any, T]) -> T:
     """Run ``work`` to its end even if the caller is cancelled meanwhile (then re-raise)."""
-    task = asyncio.ensure_future(work)
+    task = asyncio.get_running_loop().create_task(work)
     cancelled = False
     while not task.done():
         try:
-            await asyncio.shield(task)
+            await finished(task)
         except asyncio.CancelledError:
             cancelled = True
     if cancelled:
         raise asyncio.CancelledError
     return task.result()
+
+
+def finished(task: asyncio.Future[Any]) -> asyncio.Future[None]:
+    """A future done when ``task`` is: awaiting it, a cancelled caller cancels only it.
+
+    asyncio.shield without its extras (the task is ours and nobody else awaits it; its
+    outcome is read from the task itself), for a task made on every order.
+    """
+    waiter: asyncio.Future[None] = task.get_loop().create_future()
+
+    def done(_: object) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    task.add_done_callback(done)
+    return waiter
 
 
 async def finish_abandoned(

@@ -21,6 +21,7 @@ from shipping_async._order_wait import (
     WaitExpired,
     acquire_within,
     finish_abandoned,
+    finished,
     wait_timeout,
 )
 from shipping_async._retry import (
@@ -129,7 +130,7 @@ async def send_with_retries(
             if settle is not None:
                 # Our own task, so that a cancelled caller can leave it running.
                 owned = asyncio.get_running_loop().create_task(attempt())
-                await _finished(owned)
+                await finished(owned)
                 result = owned.result()
             else:
                 result = await attempt()
@@ -309,21 +310,6 @@ async def _pause_after_429(
         policy.max_rate_limit_retries,
     )
     await limiter.pause(seconds, limit=limit, window=real_window)
-
-
-def _finished(task: asyncio.Task[T]) -> asyncio.Future[None]:
-    """A future done when ``task`` is: awaiting it, a cancelled caller cancels only it.
-
-    asyncio.shield without its extras (the task is ours and nobody else awaits it).
-    """
-    waiter: asyncio.Future[None] = task.get_loop().create_future()
-
-    def done(_: object) -> None:
-        if not waiter.done():
-            waiter.set_result(None)
-
-    task.add_done_callback(done)
-    return waiter
 
 
 def _may_have_arrived(error: BaseException | None, *, gate: SendGate | None) -> bool:

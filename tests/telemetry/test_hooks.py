@@ -192,3 +192,21 @@ def test_a_client_without_hooks_keeps_the_call_record_as_one_with_hooks() -> Non
     assert seen["quiet"] == seen["full"]
     assert seen["quiet"][1] == (1, None, "ClientConnectorError")
     assert seen["quiet"][-1] == (3, 200, None)
+
+
+def test_a_call_record_handed_to_a_log_line_follows_the_call() -> None:
+    # The quiet observer makes its record only when asked; a record handed out (a log
+    # handler may keep it) then follows the call as the full observer's does.
+    operation = Operation(name="get_order", method="GET", path="/orders/7001", route="/orders/{id}")
+    quiet = observe_call(Subscribers(), operation)
+    with quiet:
+        quiet.sending()
+        kept = current_call()
+        assert kept is not None
+        assert (kept.operation, kept.route, kept.attempts) == ("get_order", "/orders/{id}", 1)
+        quiet.status(503)
+        quiet.sending()
+        quiet.status(200)
+        quiet.answered(None)
+        assert current_call() is kept
+    assert (kept.attempts, kept.status, kept.error) == (2, 200, None)
