@@ -335,12 +335,15 @@ def _row_error(exc: Exception) -> str:
 
 
 def _validate(job: ShipmentJob) -> None:
-    for part, request in (("quote", job.quote), ("order", job.order.to_request(1))):
-        try:
-            validate_request(request)
-        except RequestValidationError as exc:
-            problems = [(f"{part}.{field}", reason) for field, reason in exc.problems]
-            raise RequestValidationError(*problems[0], problems=problems) from exc
+    part = "quote"
+    try:
+        # The job keeps the quote request as checked: the client does not check it again.
+        job.quote = validate_request(job.quote)
+        part = "order"
+        validate_request(job.order.to_request(1))
+    except RequestValidationError as exc:
+        problems = [(f"{part}.{field}", reason) for field, reason in exc.problems]
+        raise RequestValidationError(*problems[0], problems=problems) from exc
 
 
 def _nest(cells: dict[str, str]) -> dict[str, Any]:

@@ -276,25 +276,16 @@ def validate_request(request: T) -> T:
 
     Returns the request to send: a copy equal to ``request`` in which values given in
     their wire form (decimal text ``"120.50"``, ``"07-01-2026"``, ``"10:00"``) are parsed
-    into the model's types. A value of a type that cannot be sent at all (an arbitrary
-    object) raises ``TypeError``; anything else wrong raises ``RequestValidationError``.
+    into the model's types; sent as it is (unchanged), it is not checked again. A value
+    of a type that cannot be sent at all (an arbitrary object) raises ``TypeError``;
+    anything else wrong raises ``RequestValidationError``.
 
     Raises ``RequestValidationError`` naming every bad field with its path, e.g.
     ``packages[0].width: Expected `float` > 0.0; packages[2].weight: ...``. The
     server's own 400 only ever says "Invalid input, object invalid", so this is the
     caller's one chance to learn which fields are wrong.
     """
-    checked, checked_json = _validated(request)
-    # The request itself passed too when checking changed nothing in it (equal values,
-    # and the same JSON: "120.50" and Decimal("120.50") are not equal values); as a
-    # batch's input, checked when read, it is then not checked again when sent.
-    if _equal(request, checked):
-        try:
-            request_json = _encode_request(request)
-        except (TypeError, ValueError, NotImplementedError):
-            return checked
-        if request_json == checked_json:
-            _mark(request, request_json)
+    checked, _ = _validated(request)
     return checked
 
 
@@ -344,13 +335,6 @@ _VALID_JSON: Final = "_valid_json"
 _encode_request = msgspec.json.Encoder(enc_hook=enc_hook).encode
 
 
-def _equal(request: Any, checked: Any) -> bool:
-    try:
-        return bool(request == checked)
-    except Exception:  # a value whose comparison raises is no value to vouch for
-        return False
-
-
 def _mark(request: Any, json: bytes) -> None:
     if isinstance(request, Model):  # a struct with a __dict__ (not a field, never sent)
         setattr(request, _VALID_JSON, json)
@@ -359,11 +343,11 @@ def _mark(request: Any, json: bytes) -> None:
 def validated_json(request: T) -> tuple[T, bytes]:
     """:func:`validate_request` and the JSON of what it returns: what a request sends.
 
-    A model that passed :func:`validate_request` (or this) before and whose JSON has not
-    changed since is not checked again: the verdict is a function of that JSON, and the
-    JSON is made for sending anyway. So a request checked once (a batch's input, a
-    request sent again) costs an encoding and a comparison; a request changed since is
-    checked in full, as a new one.
+    A request returned by :func:`validate_request` (or this) whose JSON has not changed
+    since is not checked again: the verdict is a function of that JSON, and the JSON is
+    made for sending anyway. So a request checked once (a batch's input as its reader
+    checked it, a request sent again) costs an encoding and a comparison; one changed
+    since is checked in full, as a new one.
     """
     passed = getattr(request, _VALID_JSON, None)
     if passed is not None:

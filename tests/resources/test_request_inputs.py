@@ -16,6 +16,7 @@ import typing
 from datetime import date, time
 from decimal import Decimal
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import jsonschema_rs
@@ -24,6 +25,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from shipping_async.bulk.jobs import ShipmentJob
+from shipping_async.bulk.readers import read_jobs
 from shipping_async.errors import RequestValidationError
 from shipping_async.models import (
     OrderRequest,
@@ -46,6 +49,7 @@ def _document() -> dict[str, Any]:
 
 
 DOCUMENT = _document()
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def _schema(name: str) -> Any:
@@ -250,9 +254,7 @@ def test_a_request_that_passed_is_not_walked_again_until_it_changes(
     walks: list[Any] = []
     wire_forms = _base._wire_forms
     monkeypatch.setattr(_base, "_wire_forms", lambda *args: walks.append(args) or wire_forms(*args))
-    # Every value of the model's own type (a batch's input, read from a file).
-    request = quote_request(packages=[Package(weight=2.5, width=20.0, height=10.0, length=30.0)])
-    validate_request(request)  # as a batch's input is checked when read
+    request = validate_request(quote_request())  # as a batch's reader checks its input
     assert len(walks) == 1
 
     checked, sent = validated_json(request)
@@ -265,6 +267,20 @@ def test_a_request_that_passed_is_not_walked_again_until_it_changes(
         validated_json(request)
     assert caught.value.field == "value_of_goods"
     assert len(walks) == 2
+
+
+def test_the_request_given_to_validation_is_checked_again_when_sent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Only what validate_request returns carries the mark: "20" for a float, or text for
+    # a decimal, would send other JSON than the checked copy's.
+    request = quote_request(packages=[Package(weight=2.5, width=20.0, height=10.0, length=30.0)])
+    validate_request(request)
+    walks: list[Any] = []
+    wire_forms = _base._wire_forms
+    monkeypatch.setattr(_base, "_wire_forms", lambda *args: walks.append(args) or wire_forms(*args))
+    validated_json(request)
+    assert len(walks) == 1
 
 
 def test_a_request_in_wire_form_sends_its_checked_copy_and_the_copy_is_not_walked_again(
@@ -283,11 +299,11 @@ def test_a_request_in_wire_form_sends_its_checked_copy_and_the_copy_is_not_walke
 
 
 def test_the_mark_of_a_request_that_passed_is_neither_sent_nor_shown() -> None:
-    request = quote_request()
-    validate_request(request)
+    request = validate_request(quote_request())
+    assert getattr(request, "_valid_json", None) is not None
     assert "_valid_json" not in msgspec.json.encode(request, enc_hook=enc_hook).decode()
     assert "_valid_json" not in repr(request)
-    assert request == quote_request()
+    assert request == validate_request(quote_request())
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -310,3 +326,14 @@ def test_a_request_sent_twice_gets_the_verdict_and_json_of_a_full_check(request:
             assert got == (expected, expected)
         else:
             assert got == expected
+
+
+def test_a_batch_readers_quote_request_is_sent_without_a_second_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    job = next(read_jobs(EXAMPLES / "shipments.csv"))
+    assert isinstance(job, ShipmentJob)
+    monkeypatch.setattr(_base, "_wire_forms", lambda *args: pytest.fail("checked again"))
+    checked, sent = validated_json(job.quote)
+    assert checked is job.quote
+    assert sent == msgspec.json.encode(job.quote, enc_hook=enc_hook)
