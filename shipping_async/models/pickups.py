@@ -64,7 +64,8 @@ class SchedulePickupRequest(Model):
 
     def check(self) -> None:
         # Compared as sent (HH:MM): 10:00:30 to 10:00:45 would go out as 10:00 to 10:00.
-        if HourMinute.of(self.time_to) <= HourMinute.of(self.time_from):
+        start, end = self.time_from, self.time_to
+        if (end.hour, end.minute) <= (start.hour, start.minute):
             raise RequestValidationError("time_to", "must be a later minute than time_from")
 
     def to_wire(self) -> dict[str, Any]:
