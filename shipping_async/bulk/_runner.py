@@ -184,6 +184,8 @@ class Runner:
         ``False`` (no room taken) once the run stops."""
         if self.stopping:
             return False
+        if self._slots.take_now(1):  # room now: no coroutine to wait in
+            return True
         return await self._slots.take(unless_stopped=True)
 
     async def report(self, result: ShipmentResult) -> None:
@@ -504,6 +506,9 @@ class _Lane:
 
     async def _free_places(self, wanted: int) -> int:
         """Wait for one free place, then take the free ones up to ``wanted`` in all."""
+        taken = self.places.take_now(wanted)
+        if taken:
+            return taken
         await self.places.take()
         return 1 + self.places.take_now(wanted - 1)
 
