@@ -10,10 +10,7 @@ from datetime import datetime
 from shipping_async.bulk.evidence import OrderEvidence
 
 #: Who holds the order of the events row ``e`` in a journal: the first job with its id.
-JOURNAL_OWNER = (
-    "(SELECT key FROM jobs WHERE json_extract(facts, '$.order_id') = e.order_id "
-    "ORDER BY seq LIMIT 1)"
-)
+JOURNAL_OWNER = "(SELECT key FROM jobs WHERE order_id = e.order_id ORDER BY seq LIMIT 1)"
 
 
 def insert_events(

@@ -33,10 +33,14 @@ _CLAIM = (
 
 
 @functools.cache
-def _move_sql(facts: bool, retryable: bool, drop_lease: bool, intent: bool, require: bool) -> str:
+def _move_sql(
+    facts: bool, order_id: bool, retryable: bool, drop_lease: bool, intent: bool, require: bool
+) -> str:
     sets = "state = ?, updated_at = ?"
     if facts:  # only the facts that change: a null drops one (JSON merge patch)
         sets += ", facts = json_patch(facts, ?)"
+    if order_id:
+        sets += ", order_id = ?"
     if retryable:
         sets += ", retryable = ?"
     if drop_lease:
@@ -72,14 +76,23 @@ def move(
     if require is not None and current.state not in require:
         return None  # the row, read, says why
     changed = {name: value for name, value in fields.items() if getattr(current, name) != value}
+    new_order = "order_id" in changed
+    facts = {name: value for name, value in changed.items() if name != "order_id"}
     sql = _move_sql(
-        bool(changed), "retryable" in changed, not keep_lease, intent is not None, bool(require)
+        bool(facts),
+        new_order,
+        "retryable" in facts,
+        not keep_lease,
+        intent is not None,
+        bool(require),
     )
     params: list[Any] = [state.value, now.isoformat()]
-    if changed:
-        params.append(JOB_ENCODER.encode(changed))
-        if "retryable" in changed:
-            params.append(int(changed["retryable"]))
+    if facts:
+        params.append(JOB_ENCODER.encode(facts))
+    if new_order:
+        params.append(changed["order_id"])
+    if "retryable" in facts:
+        params.append(int(facts["retryable"]))
     if intent is not None:
         params.append(intent[1])
     params += [current.key, current.claim_token]

@@ -1,4 +1,4 @@
-"""Rows of the SQLite journal: schema, connection, group commit, and row <-> record."""
+"""Rows of the SQLite journal: the connection, its transactions, and row <-> record."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from shipping_async.bulk._journal_store import (
     read_column,
 )
 from shipping_async.bulk._sent_marks import PreviousMarks
+from shipping_async.bulk._sqlite_schema import COLUMNS, JOBS, RETURNED, create, migrate
 from shipping_async.bulk.jobs import ShipmentJob
 from shipping_async.bulk.journal import (
     JobFields,
@@ -34,44 +35,13 @@ from shipping_async.bulk.journal import (
 
 T = TypeVar("T")
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    key TEXT NOT NULL UNIQUE,
-    account TEXT NOT NULL DEFAULT '',
-    state TEXT NOT NULL,
-    job BLOB NOT NULL,
-    facts BLOB NOT NULL,
-    retryable INTEGER NOT NULL DEFAULT 0,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    lease_owner TEXT,
-    lease_until REAL,
-    order_intent_at TEXT,
-    updated_at TEXT NOT NULL,
-    claim_token TEXT
-);
-CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, account);
-CREATE INDEX IF NOT EXISTS jobs_by_order ON jobs (json_extract(facts, '$.order_id'));
-CREATE TABLE IF NOT EXISTS order_events (
-    order_id INTEGER PRIMARY KEY,
-    received_at TEXT NOT NULL,
-    deliveries INTEGER NOT NULL DEFAULT 1
-);
-CREATE INDEX IF NOT EXISTS order_events_by_time ON order_events (received_at);
-CREATE TABLE IF NOT EXISTS meta (
-    name TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-"""
-COLUMNS = (
-    "key, account, state, job, facts, attempts, lease_owner, lease_until, order_intent_at, "
-    "updated_at, claim_token"
-)
 CHUNK = 500  # keys per IN (...) list, well under SQLite's parameter limit
 
 
-# The JobFields of a record, stored as one JSON object without its empty (None) values.
+# The JobFields of a record but its order id (a column of its own), stored as one JSON
+# object without its empty (None) values.
 _FACTS = msgspec.json.Decoder(JobFields)
+FACT_FIELDS = JOB_FIELDS - {"order_id"}
 
 
 def connect(
@@ -106,14 +76,17 @@ def connect(
         db.close()
         raise JournalDataError(f"cannot open the journal {path}: {exc}") from None
     try:
-        db.executescript(_SCHEMA)  # commits; the exclusive lock stays held
+        create(db)  # commits; the exclusive lock stays held
         db.execute("BEGIN IMMEDIATE")
-        _migrate(db)
+        migrate(db)
         # One process at a time: whatever a previous process leased is abandoned.
         sent = _marks_of_last_run(db, previous, boot)
         expire_orders(db, now, everyone=True, sent=sent)
         _start_run(db, run, boot)
-        db.execute("UPDATE jobs SET lease_owner = NULL, lease_until = NULL, claim_token = NULL")
+        db.execute(
+            "UPDATE jobs SET lease_owner = NULL, lease_until = NULL, claim_token = NULL "
+            "WHERE lease_owner IS NOT NULL OR lease_until IS NOT NULL OR claim_token IS NOT NULL"
+        )
         db.execute("COMMIT")
     except (sqlite3.DatabaseError, JournalError) as exc:  # a table of another shape
         db.close()
@@ -129,13 +102,6 @@ def _create_private(path: str) -> None:
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     except OSError as exc:
         raise JournalError(f"cannot create the journal {path}: {exc.strerror or exc}") from None
-
-
-def _migrate(db: sqlite3.Connection) -> None:
-    """Bring a journal file written by an older version up to this schema, in place."""
-    columns = {row[1] for row in db.execute("PRAGMA table_info(jobs)")}
-    if "claim_token" not in columns:  # journals before claim-token fencing
-        db.execute("ALTER TABLE jobs ADD COLUMN claim_token TEXT")
 
 
 #: One queued write: what it does on the connection, the caller's future (``None`` for
@@ -243,7 +209,7 @@ def expire_orders(
     the keys of the jobs moved (their leases are gone).
     """
     moved: list[str] = []
-    sql = f"SELECT {COLUMNS} FROM jobs WHERE state = ?"
+    sql = f"SELECT {COLUMNS} FROM {JOBS} WHERE state = ?"
     params: list[Any] = [JobState.ORDERING.value]
     if not everyone:
         sql += " AND (lease_until IS NULL OR lease_until <= ?)"
@@ -295,17 +261,19 @@ def store_state(
 ) -> JobRecord:
     """Write ``record`` in ``state`` with ``fields`` added (one attempt more if ``claimed``);
     into ``ORDERING`` stamped ``intent_stamp`` (:func:`wall_stamp`, now if not given)."""
-    facts: dict[str, Any] = {name: getattr(record, name) for name in JOB_FIELDS}
+    facts: dict[str, Any] = {name: getattr(record, name) for name in FACT_FIELDS}
     facts.update(fields)
+    order_id = facts.pop("order_id", record.order_id)
     intent = (intent_stamp or wall_stamp()) if state is JobState.ORDERING else None
     cursor = db.execute(
-        "UPDATE jobs SET state = ?, facts = ?, retryable = ?, lease_owner = ?, lease_until = ?, "
-        "claim_token = ?, order_intent_at = COALESCE(?, order_intent_at), updated_at = ?, "
-        "attempts = attempts + ? WHERE key = ? "
-        f"RETURNING {COLUMNS}",
+        "UPDATE jobs SET state = ?, facts = ?, order_id = ?, retryable = ?, lease_owner = ?, "
+        "lease_until = ?, claim_token = ?, order_intent_at = COALESCE(?, order_intent_at), "
+        "updated_at = ?, attempts = attempts + ? WHERE key = ? "
+        f"RETURNING {RETURNED}",
         [
             state.value,
             JOB_ENCODER.encode({name: value for name, value in facts.items() if value is not None}),
+            order_id,
             int(facts["retryable"]),
             *lease,
             intent,
@@ -343,7 +311,11 @@ def intent_ages(db: sqlite3.Connection, within: float, account: str | None) -> l
 def to_record(row: tuple[Any, ...], *, job: ShipmentJob | None = None) -> JobRecord:
     """The record of a row; ``job``: the row's job, already decoded (its column never
     changes once added, and decoding it is most of the cost of a row)."""
-    key, account, state, raw_job, facts, attempts, owner, until, intent, updated, token = row
+    key, account, state, raw_job, facts, order_id, attempts, owner, until, intent = row[:10]
+    updated, token = row[10:]
+    fields = read_column(key, "facts", _FACTS.decode, facts)
+    if order_id is not None:
+        fields["order_id"] = read_column(key, "order_id", _order_id, order_id)
     return JobRecord(
         key=key,
         job=job if job is not None else read_column(key, "job", JOB_DECODER.decode, raw_job),
@@ -355,8 +327,14 @@ def to_record(row: tuple[Any, ...], *, job: ShipmentJob | None = None) -> JobRec
         lease_until=datetime.fromtimestamp(until, UTC) if until is not None else None,
         order_intent_at=datetime.fromisoformat(intent) if intent else None,
         updated_at=datetime.fromisoformat(updated),
-        **read_column(key, "facts", _FACTS.decode, facts),
+        **fields,
     )
+
+
+def _order_id(value: object) -> int:
+    if type(value) is not int:
+        raise TypeError(f"expected an integer, got {type(value).__name__}")
+    return value
 
 
 def select_keys(
@@ -368,7 +346,7 @@ def select_keys(
     row whose job column is those very bytes takes that job instead of decoding it."""
     records: list[JobRecord] = []
     for chunk in key_chunks(keys):
-        sql = f"SELECT {COLUMNS} FROM jobs WHERE key IN ({placeholders(chunk)}) ORDER BY seq"
+        sql = f"SELECT {COLUMNS} FROM {JOBS} WHERE key IN ({placeholders(chunk)}) ORDER BY j.seq"
         for row in db.execute(sql, chunk):
             mine = known.get(row[0]) if known is not None else None
             job = mine[1] if mine is not None and mine[0] == row[3] else None
@@ -398,12 +376,12 @@ def select_one(
 def read_page(
     db: sqlite3.Connection, *, after: int, states: list[str] | None
 ) -> list[tuple[int, JobRecord]]:
-    sql = f"SELECT seq, {COLUMNS} FROM jobs WHERE seq > ?"
+    sql = f"SELECT j.seq, {COLUMNS} FROM {JOBS} WHERE j.seq > ?"
     params: list[Any] = [after]
     if states is not None:
         sql += f" AND state IN ({placeholders(states)})"
         params.extend(states)
-    rows = db.execute(sql + " ORDER BY seq LIMIT ?", [*params, CHUNK]).fetchall()
+    rows = db.execute(sql + " ORDER BY j.seq LIMIT ?", [*params, CHUNK]).fetchall()
     return [(row[0], to_record(row[1:])) for row in rows]
 
 

@@ -65,7 +65,6 @@ from shipping_async.bulk._sqlite_evidence import insert_events, select_events
 from shipping_async.bulk._sqlite_moves import claim_kept, move
 from shipping_async.bulk._sqlite_rows import (
     CHUNK,
-    COLUMNS,
     NO_LEASE,
     Lease,
     claim_row,
@@ -83,6 +82,7 @@ from shipping_async.bulk._sqlite_rows import (
     to_record,
     wall_stamp,
 )
+from shipping_async.bulk._sqlite_schema import COLUMNS, JOBS
 from shipping_async.bulk._sqlite_writer import SQLiteWriter
 from shipping_async.bulk.evidence import OrderEvidence
 from shipping_async.bulk.jobs import ShipmentJob
@@ -172,19 +172,22 @@ class SQLiteJournal(JournalStore):
     async def add(self, jobs: Sequence[ShipmentJob]) -> list[JobRecord]:
         at = self._clock.now()
         now = at.isoformat()
-        rows = [
-            (job.key, job.account, JobState.PENDING.value, JOB_ENCODER.encode(job), b"{}", now)
-            for job in jobs
-        ]
+        rows = [(job.key, job.account, JobState.PENDING.value, b"{}", now) for job in jobs]
+        inputs = [(JOB_ENCODER.encode(job), job.key) for job in jobs]
         # A job added now is not decoded back: the record takes the job given (only if
         # the row holds exactly its bytes: a key added before keeps its stored job).
-        known = {job.key: (row[3], job) for job, row in zip(jobs, rows, strict=True)}
+        known = {job.key: (raw, job) for job, (raw, _) in zip(jobs, inputs, strict=True)}
 
         def insert(db: sqlite3.Connection) -> list[JobRecord]:
             cursor = db.executemany(
-                "INSERT OR IGNORE INTO jobs (key, account, state, job, facts, updated_at) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT OR IGNORE INTO jobs (key, account, state, facts, updated_at) "
+                "VALUES (?, ?, ?, ?, ?)",
                 rows,
+            )
+            # A key known before keeps its input (and its row: it was ignored above).
+            db.executemany(
+                "INSERT OR IGNORE INTO job_inputs (seq, job) SELECT seq, ? FROM jobs WHERE key = ?",
+                inputs,
             )
             if cursor.rowcount == len(rows):  # every job is new: its record is as given
                 records = [
@@ -249,7 +252,7 @@ class SQLiteJournal(JournalStore):
                 if chunk is not None:
                     sql += f" AND key IN ({placeholders(chunk)})"
                     args.extend(chunk)
-                query = f"SELECT {COLUMNS} FROM jobs WHERE {sql} ORDER BY seq LIMIT ?"
+                query = f"SELECT {COLUMNS} FROM {JOBS} WHERE {sql} ORDER BY j.seq LIMIT ?"
                 rows = db.execute(query, [*args, left]).fetchall()
                 # Rows are left out before they are decoded: a job is most of a row's cost.
                 mine = [row for row in rows if row[0] not in left_out]
@@ -311,8 +314,8 @@ class SQLiteJournal(JournalStore):
         def read(db: sqlite3.Connection) -> list[JobRecord]:
             states = [state.value for state in WORKABLE_STATES]
             rows = db.execute(
-                f"SELECT {COLUMNS} FROM jobs WHERE lease_owner = ? AND claim_token IS NOT NULL "
-                f"AND lease_until > ? AND state IN ({placeholders(states)}) ORDER BY seq",
+                f"SELECT {COLUMNS} FROM {JOBS} WHERE lease_owner = ? AND claim_token IS NOT NULL "
+                f"AND lease_until > ? AND state IN ({placeholders(states)}) ORDER BY j.seq",
                 [worker_id, now, *states],
             )
             return [

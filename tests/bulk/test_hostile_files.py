@@ -299,9 +299,10 @@ def write_journal_row(path: Path, *, state: str, job: bytes | None) -> None:
 
     asyncio.run(create())
     connection = sqlite3.connect(path)
+    connection.execute("UPDATE jobs SET state = ? WHERE key = ?", [state, first.key])
     connection.execute(
-        "UPDATE jobs SET state = ?, job = ? WHERE key = ?",
-        [state, job or JOB_ENCODER.encode(first), first.key],
+        "UPDATE job_inputs SET job = ? WHERE seq = (SELECT seq FROM jobs WHERE key = ?)",
+        [job or JOB_ENCODER.encode(first), first.key],
     )
     connection.commit()
     connection.close()

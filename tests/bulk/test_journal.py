@@ -327,7 +327,7 @@ async def test_a_claim_reads_the_job_as_stored_even_when_its_bytes_changed_since
         added = await journal.add(make_jobs(2))
         changed = msgspec.structs.replace(added[0].job, account="elsewhere")
         journal._db.execute(
-            "UPDATE jobs SET job = ? WHERE key = ?",
+            "UPDATE job_inputs SET job = ? WHERE seq = (SELECT seq FROM jobs WHERE key = ?)",
             [msgspec.json.encode(changed), "PO-0000"],
         )
         claimed = {record.key: record for record in await journal.claim(W, lease=60, limit=2)}
