@@ -5,11 +5,21 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
+import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from shipping_async.errors import NoPickupWindowError
-from shipping_async.models import PickupAvailability, PickupWish, choose_pickup_window
-from shipping_async.models._base import ClockTime, DayMonthYear
+from shipping_async.errors import NoPickupWindowError, RequestValidationError
+from shipping_async.models import (
+    PickupAvailability,
+    PickupWish,
+    _base,
+    choose_pickup_window,
+    validate_request,
+)
+from shipping_async.models._base import ClockTime, DayMonthYear, enc_hook, validated_json
+from shipping_async.models.pickups import _request
 
 NEW_YORK = ZoneInfo("America/New_York")
 
@@ -198,3 +208,47 @@ def test_just_after_midnight_a_server_still_in_yesterday_could_refuse_today() ->
 
     assert chosen.request.scheduled_date == WEDNESDAY
     assert exact.request.scheduled_date == TUESDAY
+
+
+# -- the window's request, marked as checked when plainly valid ----------------------------
+
+
+class _Time(time):
+    """A time subclass: not plainly a time, so the full check judges it."""
+
+
+_SECONDS = st.builds(time, st.integers(0, 23), st.integers(0, 59), st.integers(0, 59))
+_TIMES = _SECONDS | st.times() | st.times(timezones=st.just(UTC))
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    day=st.dates(min_value=date(1890, 1, 1), max_value=date(2110, 12, 31)) | st.dates(),
+    start=_TIMES | st.builds(_Time, st.integers(0, 23)),
+    end=_TIMES,
+)
+def test_a_window_request_marked_as_checked_is_what_validation_returns(
+    day: date, start: time, end: time
+) -> None:
+    request = _request(day, start, end)
+    mark = getattr(request, "_valid_json", None)
+    try:
+        checked = validate_request(request)
+    except (RequestValidationError, TypeError):
+        assert mark is None  # what would be refused is never marked
+        return
+    if mark is not None:
+        assert checked == request
+        assert mark == msgspec.json.encode(checked, enc_hook=enc_hook)
+        sent, json = validated_json(request)
+        assert sent is request
+        assert json == mark
+
+
+def test_a_chosen_windows_request_is_not_checked_again_when_sent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    window = choose_pickup_window([slot(WEDNESDAY)], now=local(MONDAY, time(8, 0)))
+    monkeypatch.setattr(_base, "_wire_forms", lambda *args: pytest.fail("checked again"))
+    sent, _ = validated_json(window.request)
+    assert sent is window.request

@@ -9,7 +9,15 @@ from zoneinfo import ZoneInfo
 import msgspec
 
 from shipping_async.errors import NoPickupWindowError, RequestValidationError
-from shipping_async.models._base import ClockTime, DayMonthYear, HourMinute, Model
+from shipping_async.models._base import (
+    MAX_YEAR,
+    MIN_YEAR,
+    ClockTime,
+    DayMonthYear,
+    HourMinute,
+    Model,
+    passed_as_made,
+)
 
 __all__ = [
     "PickupAvailability",
@@ -141,10 +149,30 @@ def choose_pickup_window(
             reasons.append(f"{day.isoformat()}: {reason}")
             continue
         start, end = reason
-        request = SchedulePickupRequest(scheduled_date=day, time_from=start, time_to=end)
-        return PickupWindow(availability=slot, request=request)
+        return PickupWindow(availability=slot, request=_request(day, start, end))
     detail = "; ".join(reasons) if reasons else "no availabilities were offered"
     raise NoPickupWindowError(f"no pickup window fits: {detail}", reasons)
+
+
+def _request(day: date, start: time, end: time) -> SchedulePickupRequest:
+    """The window's request. Plainly valid values (a date of the years a request may name,
+    naive times to the second, a later end minute: what validate_request would return as
+    it is) make a request marked as checked, so that it is not checked again when sent;
+    any other is checked in full then, and refused by name."""
+    request = SchedulePickupRequest(scheduled_date=day, time_from=start, time_to=end)
+    if (
+        type(day) is date
+        and MIN_YEAR <= day.year <= MAX_YEAR
+        and _to_the_second(start)
+        and _to_the_second(end)
+        and (end.hour, end.minute) > (start.hour, start.minute)
+    ):
+        return passed_as_made(request)
+    return request
+
+
+def _to_the_second(value: time) -> bool:
+    return type(value) is time and value.tzinfo is None and value.microsecond == 0
 
 
 def _refused(
