@@ -63,6 +63,7 @@ from shipping_async.models import PickupAvailability, choose_pickup_window  # no
 from shipping_async.models._base import dec_hook, enc_hook  # noqa: E402
 from shipping_async.models.orders import _OrderEnvelope  # noqa: E402
 from shipping_async.models.pickups import ScheduledPickup, SchedulePickupRequest  # noqa: E402
+from shipping_async.models.pickups import _request as window_request  # noqa: E402
 from shipping_async.models.quotes import _QuoteEnvelope  # noqa: E402
 
 TOKEN = "tok-request-cost-bench-0123456789abcdef"
@@ -71,11 +72,9 @@ OPERATIONS = ("quote", "order", "waybill", "slots", "pickup")
 
 
 def pickup_request() -> SchedulePickupRequest:
-    """A new pickup request, as a batch chooses one per order; the canned server answers
-    whatever is asked, so any window will do."""
-    return SchedulePickupRequest(
-        scheduled_date=date(2030, 1, 7), time_from=time(10, 0), time_to=time(12, 0)
-    )
+    """A new pickup request, made as choose_pickup_window makes the one of a batch's
+    window; the canned server answers whatever is asked, so any window will do."""
+    return window_request(date(2030, 1, 7), time(10, 0), time(12, 0))
 
 
 class _PickupEnvelope(msgspec.Struct):
