@@ -72,16 +72,17 @@ class _Rates:
 class PlainDisplay:
     """One line per finished shipment, and a counts line now and then.
 
-    A shipment's line is flushed with the next tick (four times a second), not at once:
-    one write for the lines of many jobs, not a system call per job. Other messages are
-    flushed as they are written.
+    A shipment's line is written with the next tick (four times a second), not at once:
+    one write for the lines of many jobs, not a system call per job, also when the
+    stream itself writes through at once (``PYTHONUNBUFFERED``, ``python -u``). Other
+    messages are written, after the lines held, as they come.
     """
 
     def __init__(self, rates: _Rates, stream: TextIO) -> None:
         self._rates = rates
         self._stream = stream
         self._last = 0.0
-        self._unflushed = False
+        self._held: list[str] = []  # shipments' lines, each ending in a newline
 
     def start(self, total: int) -> None:
         self._rates.total = total
@@ -104,13 +105,10 @@ class PlainDisplay:
             parts.append(f"retryable={'yes' if result.retryable else 'no'} error={result.error}")
         # Keys, error texts, waybills come from cells and answers: a whole line is escaped,
         # so none of them can move the cursor, clear the screen or forge a line.
-        self._stream.write(printable(" ".join(parts)) + "\n")
-        self._unflushed = True
+        self._held.append(printable(" ".join(parts)) + "\n")
 
     def tick(self) -> None:
-        if self._unflushed:
-            self._unflushed = False
-            self._stream.flush()
+        self._write_held()
         now = time.monotonic()
         if now - self._last >= 5.0:
             self._last = now
@@ -121,13 +119,19 @@ class PlainDisplay:
             )
 
     def message(self, text: str) -> None:
-        # Escaped as a whole, like a shipment's line.
-        self._unflushed = False
-        print(printable(text), file=self._stream, flush=True)
+        # Escaped as a whole, like a shipment's line; after the lines held.
+        self._held.append(printable(text) + "\n")
+        self._write_held()
 
     def stop(self) -> None:
-        self._unflushed = False
-        self._stream.flush()
+        self._write_held()
+
+    def _write_held(self) -> None:
+        if self._held:
+            text = "".join(self._held)
+            self._held.clear()
+            self._stream.write(text)
+            self._stream.flush()
 
 
 class RichDisplay:

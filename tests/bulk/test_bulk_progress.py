@@ -75,6 +75,32 @@ def test_plain_lines_are_escaped_and_flushed_at_the_next_tick_not_one_by_one() -
     assert stream.flushed[-1].endswith("done A-3 stage=pickup\n")
 
 
+class _WriteThrough(io.StringIO):
+    """A stream whose every write reaches the file at once (PYTHONUNBUFFERED, -u)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.writes.append(text)
+        return super().write(text)
+
+
+def test_plain_lines_of_many_jobs_are_one_write_even_on_a_write_through_stream() -> None:
+    stream = _WriteThrough()
+    display = PlainDisplay(_Rates(RunProgress(), limit=20, window_real=60.0), stream)
+    display.start(3)
+    started = len(stream.writes)
+    for key in ("A-1", "A-2", "A-3"):
+        display.result(ShipmentResult(key=key, status=ResultStatus.DONE, stage=Stage.PICKUP))
+    assert len(stream.writes) == started  # held until the tick
+    display.message("stopping")  # a message comes after the lines held
+    assert stream.writes[started:] == [
+        "done A-1 stage=pickup\ndone A-2 stage=pickup\ndone A-3 stage=pickup\nstopping\n"
+    ]
+
+
 # Every character printable() escapes: C0 and C1 controls, DEL, the bidirectional overrides.
 _ESCAPED = [
     *map(chr, range(0x00, 0x20)),
