@@ -45,9 +45,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import csv
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -61,14 +59,19 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import asyncpg
 import redis.asyncio as aioredis
+from _bench_stores import (  # this folder is first on sys.path
+    BENCH_DSN,
+    account_name,
+    drop_schema,
+    ensure_database,
+    private_redis,
+    transactions,
+    write_batch,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's shipping_async, whatever the venv installed
-ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/test"
-BENCH_DB = "shipping_bench"
-BENCH_DSN = f"postgresql://postgres@127.0.0.1:5432/{BENCH_DB}"
 LIMIT, WINDOW = 20, 60.0
 PROFILE = (
     ["-m", "cProfile", "-o", os.environ["BENCH_PROFILE"]] if os.environ.get("BENCH_PROFILE") else []
@@ -119,34 +122,8 @@ class Row:
     notes: list[str] = field(default_factory=list)
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def account_name(index: int) -> str:
-    return f"acct-{index:03d}"
-
-
 def token_env(account: str) -> str:
     return "SHIPPING_ACCESS_TOKEN__" + account.upper().replace("-", "_")
-
-
-def write_batch(path: Path, accounts: int, jobs: int) -> None:
-    """``jobs`` rows cycled from the example batch, spread evenly over the accounts."""
-    with (ROOT / "examples" / "shipments.csv").open(newline="") as source:
-        template = list(csv.DictReader(source))
-    fields = [*template[0].keys(), "account"]
-    run = uuid.uuid4().hex[:6]
-    with path.open("w", newline="") as target:
-        writer = csv.DictWriter(target, fieldnames=fields)
-        writer.writeheader()
-        for index in range(jobs):
-            row = dict(template[index % len(template)])
-            row["customer_reference"] = f"MA-{run}-{index:05d}"
-            row["account"] = account_name(index % accounts)
-            writer.writerow(row)
 
 
 @contextlib.contextmanager
@@ -176,23 +153,6 @@ def sandbox_process(
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-
-
-@contextlib.contextmanager
-def private_redis(folder: Path) -> Iterator[str]:
-    port = free_port()
-    command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
-    command += ["--appendonly", "no", "--dir", str(folder)]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
-    try:
-        for _ in range(500):
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port)):
-                break
-            time.sleep(0.01)
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        process.kill()
-        process.wait()
 
 
 class PeakWatch:
@@ -255,33 +215,6 @@ def run_measured(command: list[str], env: dict[str, str], log: Path) -> tuple[in
         peak = watch.stop()
     process.returncode = os.waitstatus_to_exitcode(status)
     return process.returncode, usage, time.monotonic() - started, peak
-
-
-async def ensure_database() -> None:
-    admin = await asyncpg.connect(ADMIN_DSN)
-    try:
-        if not await admin.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", BENCH_DB):
-            await admin.execute(f'CREATE DATABASE "{BENCH_DB}"')
-    finally:
-        await admin.close()
-
-
-async def transactions() -> int:
-    """Transactions of the bench database, once every backend that ran some has reported."""
-    admin = await asyncpg.connect(ADMIN_DSN)
-    query = "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = $1"
-    try:
-        last = -1
-        for _ in range(40):  # backends report when idle or when they exit
-            await admin.execute("SELECT pg_stat_clear_snapshot()")
-            value = int(await admin.fetchval(query, BENCH_DB))
-            if value == last:
-                return value
-            last = value
-            await asyncio.sleep(0.25)
-        return last
-    finally:
-        await admin.close()
 
 
 async def judge(row: Row, base_url: str, token: str, speed: float) -> None:
@@ -366,7 +299,7 @@ async def measure_worker(label: str, accounts: int, jobs: int, args: argparse.Na
         folder = Path(name)
         spec = f"{BENCH_DSN}?schema={schema}" if postgres else str(folder / "journal.sqlite")
         batch = folder / "batch.csv"
-        write_batch(batch, accounts, jobs)
+        write_batch(batch, accounts, jobs, prefix="MA")
         with contextlib.ExitStack() as stack:
             base_url, tokens = stack.enter_context(
                 sandbox_process(folder, accounts, args.speed, LIMIT)
@@ -406,7 +339,7 @@ async def measure_worker(label: str, accounts: int, jobs: int, args: argparse.Na
             await judge(row, base_url, next(iter(tokens.values())), args.speed)
             row.done = await count_done(spec)
     if postgres:
-        await _drop_schema(schema)
+        await drop_schema(schema)
     return row
 
 
@@ -419,7 +352,7 @@ async def measure_bulk(
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name)
         batch = folder / "batch.csv"
-        write_batch(batch, accounts, jobs)
+        write_batch(batch, accounts, jobs, prefix="MA")
         with sandbox_process(folder, accounts, args.speed, rate_limit) as (base_url, tokens):
             journal = folder / "journal.sqlite"
             command = [sys.executable, "-m", "shipping_async", "bulk", str(batch)]
@@ -445,14 +378,6 @@ def _rusage(row: Row, usage: Any, peak_kib: int) -> None:
     row.notes.append(f"CPU user {usage.ru_utime:.2f} s + system {usage.ru_stime:.2f} s")
     # KiB on Linux. ru_maxrss only where /proc could not be read (see PeakWatch).
     row.rss_mib = (peak_kib or usage.ru_maxrss) / 1024
-
-
-async def _drop_schema(schema: str) -> None:
-    connection = await asyncpg.connect(BENCH_DSN)
-    try:
-        await connection.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-    finally:
-        await connection.close()
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:

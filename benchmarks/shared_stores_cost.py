@@ -33,17 +33,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import csv
 import os
 import resource
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -55,6 +50,15 @@ import redis.asyncio as aioredis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from _bench_stores import (  # noqa: E402  (this folder is first on sys.path)
+    BENCH_DSN,
+    drop_schema,
+    ensure_database,
+    private_redis,
+    transactions,
+    write_batch,
+)
+
 from shipping_async.bulk._gate import OrderGate  # noqa: E402
 from shipping_async.bulk._places import Signal  # noqa: E402
 from shipping_async.bulk.journal import JobFields, JobRecord, JobState  # noqa: E402
@@ -64,9 +68,6 @@ from shipping_async.limiter import OrderLimiter, RollingWindowLimiter  # noqa: E
 from shipping_async.scaleout.postgres_journal import PostgresJournal  # noqa: E402
 from shipping_async.scaleout.redis_limiter import RedisOrderLimiter  # noqa: E402
 
-ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/test"
-BENCH_DB = "shipping_bench"
-BENCH_DSN = f"postgresql://postgres@127.0.0.1:5432/{BENCH_DB}"
 LIMIT, WINDOW = 20, 60.0
 LEASE = 10.0
 
@@ -79,70 +80,6 @@ class Result:
     statements: float
     redis_calls: float
     scripts: float
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-@contextlib.contextmanager
-def private_redis(folder: Path) -> Iterator[str]:
-    port = free_port()
-    command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
-    command += ["--appendonly", "no", "--dir", str(folder)]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
-    try:
-        for _ in range(500):
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port)):
-                break
-            time.sleep(0.01)
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        process.kill()
-        process.wait()
-
-
-def write_batch(path: Path, accounts: int, jobs: int) -> None:
-    with (ROOT / "examples" / "shipments.csv").open(newline="") as source:
-        template = list(csv.DictReader(source))
-    fields = [*template[0].keys(), "account"]
-    run = uuid.uuid4().hex[:6]
-    with path.open("w", newline="") as target:
-        writer = csv.DictWriter(target, fieldnames=fields)
-        writer.writeheader()
-        for index in range(jobs):
-            row = dict(template[index % len(template)])
-            row["customer_reference"] = f"SC-{run}-{index:05d}"
-            row["account"] = f"acct-{index % accounts:03d}"
-            writer.writerow(row)
-
-
-async def ensure_database() -> None:
-    admin = await asyncpg.connect(ADMIN_DSN)
-    try:
-        if not await admin.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", BENCH_DB):
-            await admin.execute(f'CREATE DATABASE "{BENCH_DB}"')
-    finally:
-        await admin.close()
-
-
-async def transactions() -> int:
-    admin = await asyncpg.connect(ADMIN_DSN)
-    query = "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = $1"
-    try:
-        last = -1
-        for _ in range(40):
-            await admin.execute("SELECT pg_stat_clear_snapshot()")
-            value = int(await admin.fetchval(query, BENCH_DB))
-            if value == last:
-                return value
-            last = value
-            await asyncio.sleep(0.25)
-        return last
-    finally:
-        await admin.close()
 
 
 class _Counted:
@@ -319,14 +256,6 @@ async def enqueue(spec: str, schema: str, batch: Path) -> None:
         await journal.close()
 
 
-async def drop_schema(schema: str) -> None:
-    connection = await asyncpg.connect(BENCH_DSN)
-    try:
-        await connection.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-    finally:
-        await connection.close()
-
-
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2000)
@@ -349,7 +278,7 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name)
         batch = folder / "batch.csv"
-        write_batch(batch, args.accounts, args.jobs)
+        write_batch(batch, args.accounts, args.jobs, prefix="SC")
         with private_redis(folder) as redis_url:
             for run in range(1, args.repeat + 1):
                 args.schema = f"cost_{uuid.uuid4().hex[:10]}"
