@@ -176,10 +176,7 @@ async def send_with_retries(
             limited=True,
             written=written,
         )
-        if isinstance(step, ShippingError):
-            if isinstance(step, OutcomeUnknownError):
-                _log.warning("%s", step)
-            raise step
+        step = _retry_or_raise(step)
         # A re-sent order goes to the head of the limiter's queue: it was first in line.
         front = True
         if step.pause_limiter and isinstance(error, RateLimitError):
@@ -195,22 +192,9 @@ async def send_with_retries(
             )
             continue
         retries += 1
-        if step.wait is not None:
-            delay = clock.from_real(step.wait)
-        else:
-            if delays is None:
-                delays = policy.delays()
-            delay = next(delays)
-        _log.info(
-            "retrying %s %s in %.3g s after %s (retry %d of %d)",
-            operation.method,
-            operation.path,
-            delay,
-            _describe(error),
-            retries,
-            policy.max_retries,
+        delays = await _back_off(
+            error, step, retries, delays, operation=operation, policy=policy, clock=clock
         )
-        await clock.sleep(delay)
 
 
 async def _send_unlimited(
@@ -254,31 +238,55 @@ async def retry_after(
             limited=False,
             written=not never_written(error),
         )
-        if isinstance(step, ShippingError):
-            if isinstance(step, OutcomeUnknownError):
-                _log.warning("%s", step)
-            raise step
+        step = _retry_or_raise(step)
         retries += 1
-        if step.wait is not None:
-            delay = clock.from_real(step.wait)
-        else:
-            if delays is None:
-                delays = policy.delays()
-            delay = next(delays)
-        _log.info(
-            "retrying %s %s in %.3g s after %s (retry %d of %d)",
-            operation.method,
-            operation.path,
-            delay,
-            _describe(error),
-            retries,
-            policy.max_retries,
+        delays = await _back_off(
+            error, step, retries, delays, operation=operation, policy=policy, clock=clock
         )
-        await clock.sleep(delay)
         try:
             return await attempt()
         except APIError as exc:
             error = exc
+
+
+def _retry_or_raise(step: Retry | ShippingError) -> Retry:
+    """``step`` when it is a re-send; else its error raised (an unknown outcome logged)."""
+    if isinstance(step, ShippingError):
+        if isinstance(step, OutcomeUnknownError):
+            _log.warning("%s", step)
+        raise step
+    return step
+
+
+async def _back_off(
+    error: APIError,
+    step: Retry,
+    retries: int,
+    delays: Iterator[float] | None,
+    *,
+    operation: Operation,
+    policy: RetryPolicy,
+    clock: Clock,
+) -> Iterator[float] | None:
+    """Wait before re-send number ``retries``: the answer's own wait, else the policy's
+    next delay (``delays``, made on first use and returned for the next re-send)."""
+    if step.wait is not None:
+        delay = clock.from_real(step.wait)
+    else:
+        if delays is None:
+            delays = policy.delays()
+        delay = next(delays)
+    _log.info(
+        "retrying %s %s in %.3g s after %s (retry %d of %d)",
+        operation.method,
+        operation.path,
+        delay,
+        _describe(error),
+        retries,
+        policy.max_retries,
+    )
+    await clock.sleep(delay)
+    return delays
 
 
 async def _pause_after_429(
