@@ -32,6 +32,7 @@ stale task requests nothing.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable
 from typing import Protocol, Unpack
@@ -597,26 +598,21 @@ class _Intent:
     async def granted(self) -> None:
         pipeline, job = self._job.pipeline, self._job
         journal = pipeline._journal
-        quote = job.quote  # a quote not recorded yet goes with the intent
+        begin = functools.partial(
+            journal.begin_order,
+            job.token,
+            job.key,
+            quote_id=self._quote_id,
+            estimate_id=self._estimate_id,
+            quote=job.quote,  # a quote not recorded yet goes with the intent
+        )
         try:
-            record = await journal.begin_order(
-                job.token,
-                job.key,
-                quote_id=self._quote_id,
-                estimate_id=self._estimate_id,
-                quote=quote,
-            )
+            record = await begin()
         except LeaseLostError:
             # The lease may only have lapsed (a slow journal): take it back if nobody
             # claimed the job since, else this raises and nothing is sent.
             await job.hold()
-            record = await journal.begin_order(
-                job.token,
-                job.key,
-                quote_id=self._quote_id,
-                estimate_id=self._estimate_id,
-                quote=quote,
-            )
+            record = await begin()
         job.quote = None
         self._recorded = True
         pipeline._observe(record)
