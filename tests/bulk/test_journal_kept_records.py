@@ -185,33 +185,38 @@ async def test_an_intent_needs_a_live_lease_and_a_renewal_gives_it_back(tmp_path
         assert await journal.get("PO-0000") == intent
 
 
-async def test_intents_ready_together_share_one_commit_with_the_writes_queued_beside(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Orders ready in the same turn of the loop (a window's first burst, a run whose
-    # limit is lifted): their intents are group-committed, one fsync for them all.
-    group_commits = 0
+@pytest.fixture
+def group_commits(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The SQLite writer's group commits, one item each (clear it to count from now)."""
+    made: list[object] = []
     commit = _sqlite_writer.commit
 
     def counted(db: Any) -> None:
-        nonlocal group_commits
-        group_commits += 1
+        made.append(db)
         commit(db)
 
     monkeypatch.setattr(_sqlite_writer, "commit", counted)
+    return made
+
+
+async def test_intents_ready_together_share_one_commit_with_the_writes_queued_beside(
+    tmp_path: Path, group_commits: list[object]
+) -> None:
+    # Orders ready in the same turn of the loop (a window's first burst, a run whose
+    # limit is lifted): their intents are group-committed, one fsync for them all.
     async with await SQLiteJournal.open(tmp_path / "batch.journal") as journal:
         await journal.add(make_jobs(4))
         tokens = {r.key: r.claim_token or "" for r in await journal.claim(W, lease=60, limit=4)}
         ordering = ("PO-0000", "PO-0001", "PO-0002")
         for key in ordering:
             await journal.record(tokens[key], key, JobState.QUOTED, quote_id=1, estimate_id=2)
-        group_commits = 0
+        group_commits.clear()
         intents = await asyncio.gather(
             *(journal.begin_order(tokens[k], k, quote_id=1, estimate_id=2) for k in ordering),
             journal.record(tokens["PO-0003"], "PO-0003", JobState.QUOTED, quote_id=2),
         )
         assert [record.state for record in intents] == [JobState.ORDERING] * 3 + [JobState.QUOTED]
-        assert group_commits == 1
+        assert len(group_commits) == 1
         for key in ordering:  # each request's mark, right before its first byte
             journal.sending(key)
         for record in intents:
@@ -219,25 +224,16 @@ async def test_intents_ready_together_share_one_commit_with_the_writes_queued_be
 
 
 async def test_writes_queued_while_an_intent_is_withdrawn_ride_in_its_commit(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, group_commits: list[object]
 ) -> None:
     # The withdrawal after a 429 commits at once on the loop's thread; what was queued
     # meanwhile goes into its transaction instead of waiting for a group commit.
-    group_commits = 0
-    commit = _sqlite_writer.commit
-
-    def counted(db: Any) -> None:
-        nonlocal group_commits
-        group_commits += 1
-        commit(db)
-
-    monkeypatch.setattr(_sqlite_writer, "commit", counted)
     async with await SQLiteJournal.open(tmp_path / "batch.journal") as journal:
         await journal.add(make_jobs(4))
         tokens = {r.key: r.claim_token or "" for r in await journal.claim(W, lease=60, limit=4)}
         await journal.record(tokens["PO-0000"], "PO-0000", JobState.QUOTED, quote_id=1)
         await journal.begin_order(tokens["PO-0000"], "PO-0000", quote_id=1, estimate_id=2)
-        group_commits = 0
+        group_commits.clear()
         riders = [
             asyncio.ensure_future(journal.record(tokens[key], key, JobState.QUOTED, quote_id=2))
             for key in ("PO-0001", "PO-0002", "PO-0003")
@@ -246,7 +242,7 @@ async def test_writes_queued_while_an_intent_is_withdrawn_ride_in_its_commit(
         withdrawn = await journal.withdraw_order(tokens["PO-0000"], "PO-0000")
         assert withdrawn.state is JobState.QUOTED
         assert [record.quote_id for record in await asyncio.gather(*riders)] == [2, 2, 2]
-        assert group_commits == 0  # they were answered by the withdrawal's commit
+        assert len(group_commits) == 0  # they were answered by the withdrawal's commit
 
 
 def test_claim_tokens_are_never_reused_not_even_by_a_forked_child() -> None:
