@@ -20,7 +20,11 @@ on it, with one client per account (tokens from ``SHIPPING_ACCESS_TOKEN__<ACCOUN
 
 Columns: ``jobs/s`` = jobs / (first to last request the sandbox saw, real seconds);
 ``bound`` = accounts x 20 per 60 sandbox seconds, in jobs/s; ``CPU ms/job`` of the worker
-process alone (``wait4`` rusage); ``peak RSS`` its own high-water mark (``VmHWM``, read from
+process alone (``wait4`` rusage); ``raw jobs`` = that CPU in units of this machine's
+yardstick, the CPU of a job's five requests through plain aiohttp + msgspec
+(``request_cost.py``'s raw side, measured before the first row and again after the last:
+one session's machine measures the same code up to twice as slow as another's, and
+this column moves less; ``--no-yardstick`` skips it); ``peak RSS`` its own high-water mark (``VmHWM``, read from
 ``/proc`` while it runs: ``ru_maxrss`` is no good here, see :class:`PeakWatch`); ``PG xact/job`` = committed + rolled back
 transactions of the run's database; ``Redis cmd/job`` and ``scripts/order`` from
 ``INFO commandstats``; ``req/job`` = API requests the sandbox saw per job; ``lease fail`` =
@@ -386,7 +390,19 @@ def _fmt(value: float | None, digits: int = 1) -> str:
     return f"{value:,.{digits}f}"
 
 
-def print_row(row: Row) -> None:
+def measure_yardstick() -> float:
+    """This machine's CPU for a job's five requests through plain aiohttp + msgspec, in
+    microseconds (``request_cost.py``'s raw side, 1,000 requests x 2 rounds)."""
+    command = [sys.executable, str(ROOT / "benchmarks" / "request_cost.py")]
+    command += ["--requests", "1000", "--rounds", "2"]
+    output = subprocess.run(command, capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    for line in output.splitlines():
+        if line.startswith("a job "):
+            return float(line.split()[2])
+    raise SystemExit(f"request_cost.py printed no job line: {output[-500:]!r}")
+
+
+def print_row(row: Row, yardstick_us: float | None) -> None:
     rate = row.jobs / row.seconds if row.seconds else 0.0
     ratio = rate / row.bound if row.bound == row.bound else float("nan")
     cells = [
@@ -397,6 +413,7 @@ def print_row(row: Row) -> None:
         _fmt(row.bound, 0),
         _fmt(ratio, 2),
         _fmt(row.cpu_ms, 2),
+        _fmt(row.cpu_ms * 1000 / yardstick_us if yardstick_us else None, 2),
         _fmt(row.xacts),
         _fmt(row.redis_calls),
         _fmt(row.scripts, 2),
@@ -422,6 +439,11 @@ async def main() -> None:
     parser.add_argument("--bulk-jobs", type=int, default=2000, help="jobs of the bulk row")
     parser.add_argument("--only", default="pg,sqlite,bulk", help="which kinds of rows")
     parser.add_argument(
+        "--no-yardstick",
+        action="store_true",
+        help="skip the raw aiohttp + msgspec job measured first (the raw jobs column)",
+    )
+    parser.add_argument(
         "--worker-args", default="", help="more options for the worker, e.g. '--max-in-flight 32'"
     )
     args = parser.parse_args()
@@ -433,27 +455,36 @@ async def main() -> None:
         )
     )
     kinds = set(args.only.split(","))
+    yardstick = None if args.no_yardstick else measure_yardstick()
+    if yardstick is not None:
+        print(f"yardstick: {yardstick:.0f} us per raw job (aiohttp + msgspec, request_cost.py)")
     print(
         f"sandbox speed {args.speed:g} (the 60 s window lasts {WINDOW / args.speed:g} s real), "
         f"--lease {args.lease:g}; one worker process per row; 2 cores shared with the "
         "sandbox, PostgreSQL and Redis"
     )
     print(
-        "| run | accounts | done | jobs/s | bound | ratio | CPU ms/job | PG xact/job "
+        "| run | accounts | done | jobs/s | bound | ratio | CPU ms/job | raw jobs | PG xact/job "
         "| Redis cmd/job | scripts/job | req/job | peak RSS | lease fail | 429 | expired "
         "| dup | exit/crash |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print(
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    )
     warm_bytecode()
     if "pg" in kinds:
         await ensure_database()
     for accounts, jobs in pairs:  # side by side: both stores at each size
         if "pg" in kinds:
-            print_row(await measure_worker("pg+redis", accounts, jobs, args))
+            print_row(await measure_worker("pg+redis", accounts, jobs, args), yardstick)
         if "sqlite" in kinds:
-            print_row(await measure_worker("sqlite+memory", accounts, jobs, args))
+            print_row(await measure_worker("sqlite+memory", accounts, jobs, args), yardstick)
     if "bulk" in kinds:
-        print_row(await measure_bulk("bulk 1 acct", 1, args.bulk_jobs, args, lifted=True))
+        print_row(
+            await measure_bulk("bulk 1 acct", 1, args.bulk_jobs, args, lifted=True), yardstick
+        )
+    if yardstick is not None:
+        print(f"yardstick at the end: {measure_yardstick():.0f} us per raw job", flush=True)
 
 
 if __name__ == "__main__":
