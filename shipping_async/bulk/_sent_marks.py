@@ -52,6 +52,8 @@ class PreviousMarks:
     run: str
     boot: str
     marks: frozenset[tuple[str, str]] = field(default_factory=frozenset)
+    #: The whole header (``run``, ``boot`` and what else its writer put there).
+    header: dict[str, str] = field(default_factory=dict)
 
 
 def previous_marks(path: str) -> PreviousMarks | None:
@@ -79,7 +81,7 @@ def previous_marks(path: str) -> PreviousMarks | None:
             marks.add(_LINE.decode(line))
         except (msgspec.DecodeError, msgspec.ValidationError):
             continue
-    return PreviousMarks(run=run, boot=boot, marks=frozenset(marks))
+    return PreviousMarks(run=run, boot=boot, marks=frozenset(marks), header=header)
 
 
 class SentMarks:
@@ -92,11 +94,20 @@ class SentMarks:
     small file.
     """
 
-    __slots__ = ("_fd", "_header", "_max_bytes", "_open", "_path", "_size")
+    __slots__ = ("_fd", "_fields", "_header", "_max_bytes", "_open", "_path", "_size")
 
-    def __init__(self, path: str, *, run: str, boot: str, max_bytes: int = 1 << 20) -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        run: str,
+        boot: str,
+        header: dict[str, str] | None = None,
+        max_bytes: int = 1 << 20,
+    ) -> None:
         self._path = path
-        self._header = _ENCODER.encode({"run": run, "boot": boot}) + b"\n"
+        self._fields = {**(header or {}), "run": run, "boot": boot}
+        self._header = _ENCODER.encode(self._fields) + b"\n"
         self._max_bytes = max_bytes
         self._open: dict[str, bytes] = {}  # key -> its mark, for intents not yet answered
         self._fd = self._start(path)
@@ -108,6 +119,13 @@ class SentMarks:
         self._open[key] = line
         if self._size > self._max_bytes:
             self._rewrite()
+
+    def set_header(self, **fields: str) -> None:
+        """Put ``fields`` in the header: the file is rewritten (renamed over the old one,
+        so a kill finds the old header or the new, each with every open mark)."""
+        self._fields.update(fields)
+        self._header = _ENCODER.encode(self._fields) + b"\n"
+        self._rewrite()
 
     def answered(self, key: str) -> None:
         """Job ``key`` left its intent (answered, withdrawn): its mark matters no more."""

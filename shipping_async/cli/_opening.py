@@ -123,7 +123,7 @@ async def _open_journal(
     spec = plan.journal if plan.shared else path
     assert spec is not None
     try:
-        store: Any = await open_journal(spec, clock=clock)
+        store: Any = await open_journal(spec, clock=clock, sent_marks=True)
     except Exception as exc:
         if not isinstance(exc, JournalError | OSError | ValueError) and not unreachable(exc):
             raise

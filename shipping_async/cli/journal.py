@@ -66,7 +66,7 @@ async def _init(spec: str) -> int:
 
     from shipping_async.scaleout.postgres_journal import DEFAULT_SCHEMA
 
-    dsn, options = split_options(spec, "schema")
+    dsn, options = split_options(spec, "schema", "sent_marks")
     schema = options.get("schema", DEFAULT_SCHEMA)
     try:
         connection = await asyncpg.connect(dsn)

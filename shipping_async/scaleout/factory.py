@@ -36,18 +36,29 @@ def is_shared_journal(spec: str | Path | None) -> bool:
     return isinstance(spec, str) and spec.startswith(_POSTGRES)
 
 
-async def open_journal(spec: str | Path, *, clock: Clock | None = None) -> Journal:
+async def open_journal(
+    spec: str | Path, *, clock: Clock | None = None, sent_marks: bool = False
+) -> Journal:
     """Open the journal ``spec`` names; the caller closes it.
 
     A PostgreSQL URL may carry ``schema=NAME`` (default ``shipping_async``); the schema is
-    created or migrated on the way.
+    created or migrated on the way. ``sent_marks``: a run that orders keeps this machine's
+    sent marks for a PostgreSQL journal, in the directory the URL's ``sent_marks=DIR``
+    names (``off``: none), by default ``$XDG_STATE_HOME/shipping-async/sent-marks``.
     """
     if is_shared_journal(spec):
+        from shipping_async.scaleout._pg_sent_marks import default_directory
         from shipping_async.scaleout.postgres_journal import DEFAULT_SCHEMA, PostgresJournal
 
-        dsn, options = split_options(str(spec), "schema")
+        dsn, options = split_options(str(spec), "schema", "sent_marks")
+        marks_dir: str | Path | None = None
+        if sent_marks and options.get("sent_marks") != "off":
+            marks_dir = options.get("sent_marks") or default_directory()
         return await PostgresJournal.open(
-            dsn, schema=options.get("schema", DEFAULT_SCHEMA), clock=clock
+            dsn,
+            schema=options.get("schema", DEFAULT_SCHEMA),
+            clock=clock,
+            sent_marks=marks_dir,
         )
     from shipping_async.bulk.sqlite_journal import SQLiteJournal
 

@@ -25,8 +25,10 @@ and last ``1 / speed`` as long in real time, like every other duration of the ru
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Self
 
 import asyncpg
@@ -62,9 +64,12 @@ from shipping_async.bulk.journal import (
 )
 from shipping_async.clock import Clock
 from shipping_async.scaleout._pg_schema import LATEST_VERSION, migrate, quote_ident
+from shipping_async.scaleout._pg_sent_marks import LocalMarks, journal_name
 from shipping_async.scaleout._pg_writes import GroupCommit, encode_items, update_sql, write_item
 
 __all__ = ["PostgresJournal"]
+
+_log = logging.getLogger("shipping_async")
 
 DEFAULT_SCHEMA = "shipping_async"
 
@@ -123,8 +128,13 @@ class PostgresJournal(JournalStore):
         *,
         clock: Clock | None = None,
         lease_pool: asyncpg.Pool | None = None,
+        marks: LocalMarks | None = None,
     ) -> None:
         self._pool = pool
+        # This process's sent marks, and those of gone processes (see _pg_sent_marks).
+        self._marks = marks
+        #: Intents committed whose request is not sent yet: key -> the intent's stamp.
+        self._unsent: dict[str, str] = {}
         # Lease renewals on a connection of their own: never queued behind job writes
         # waiting for a connection of ``pool`` (a lapsed lease stops a job mid-way).
         self._lease_pool = lease_pool or pool
@@ -154,8 +164,15 @@ class PostgresJournal(JournalStore):
         clock: Clock | None = None,
         min_size: int = 0,
         max_size: int = 10,
+        sent_marks: str | Path | None = None,
     ) -> Self:
-        """Connect, create or migrate the schema, and return the journal."""
+        """Connect, create or migrate the schema, and return the journal.
+
+        ``sent_marks``: a directory of this machine for the marks that tell a killed
+        process's unsent order intents from those on the wire (see
+        :mod:`~shipping_async.scaleout._pg_sent_marks`); ``None``: no marks, an intent
+        left by a dead process is ``unknown``.
+        """
         warn_if_cleartext(dsn)
         pool = await asyncpg.create_pool(
             dsn, min_size=min_size, max_size=max_size, reset=_keep_session, **_LIVENESS
@@ -184,7 +201,17 @@ class PostgresJournal(JournalStore):
                 f"journal schema {schema} is at version {newest}, newer than this "
                 f"shipping-async knows ({LATEST_VERSION}): upgrade shipping-async"
             )
-        return cls(pool, schema, clock=clock, lease_pool=lease_pool)
+        marks = None
+        if sent_marks is not None:
+            try:
+                marks = LocalMarks.open(Path(sent_marks), journal_name(dsn, schema))
+            except OSError as exc:
+                await pool.close()
+                await lease_pool.close()
+                raise JournalError(
+                    f"cannot write the sent marks in {sent_marks}: {exc.strerror or exc}"
+                ) from None
+        return cls(pool, schema, clock=clock, lease_pool=lease_pool, marks=marks)
 
     # -- the Journal protocol ------------------------------------------------------------
 
@@ -239,7 +266,11 @@ class PostgresJournal(JournalStore):
                 "WHERE $3::text IS NULL LIMIT $5"
             )
             shares = (list(accounts), list(accounts.values()))
+        if self._marks is not None:
+            self._own(worker_id)
         async with self._pool.acquire() as connection, connection.transaction():
+            if self._marks is not None and self._marks.gone_workers:
+                await self._settle_unsent(connection, self._marks, exclude)
             await self._expire_orders(connection, exclude)
             rows = await connection.fetch(
                 f"""
@@ -379,6 +410,8 @@ class PostgresJournal(JournalStore):
             await self._pool.close()
             if self._lease_pool is not self._pool:
                 await self._lease_pool.close()
+            if self._marks is not None:
+                self._marks.close()
 
     # -- evidence: order_received events (see shipping_async.bulk.evidence) --------------
 
@@ -452,6 +485,54 @@ class PostgresJournal(JournalStore):
 
     # -- internals -----------------------------------------------------------------------
 
+    def _own(self, worker_id: str) -> None:
+        assert self._marks is not None
+        try:
+            self._marks.own(worker_id)
+        except OSError as exc:
+            raise JournalError(
+                f"cannot write the journal's sent marks ({exc.strerror or exc}); nothing claimed"
+            ) from None
+
+    async def _settle_unsent(
+        self, connection: Any, marks: LocalMarks, exclude: Collection[str]
+    ) -> None:
+        """Lapsed intents of gone processes of this machine that were never sent go back
+        to ``quoted`` (see :mod:`~shipping_async.scaleout._pg_sent_marks`)."""
+        workers = marks.gone_workers
+        rows = await connection.fetch(
+            f"SELECT key, lease_owner, order_intent_at FROM {self._jobs} "
+            "WHERE state = 'ordering' AND lease_owner = ANY($1::text[]) "
+            "AND lease_until <= now() AND order_intent_at IS NOT NULL "
+            "AND NOT key = ANY($2::text[]) FOR UPDATE SKIP LOCKED",
+            workers,
+            list(exclude),
+        )
+        unsent = marks.unsent(
+            (row["key"], row["lease_owner"], _stamp(row["order_intent_at"])) for row in rows
+        )
+        if unsent:
+            await connection.execute(
+                f"UPDATE {self._jobs} SET state = 'quoted', lease_owner = NULL, "
+                "lease_until = NULL, claim_token = NULL, updated_at = now() "
+                "WHERE key = ANY($1::text[]) AND state = 'ordering'",
+                unsent,
+            )
+            _log.info(
+                "%d order intent(s) of a process gone on this machine were never sent; "
+                "quoted again: %s",
+                len(unsent),
+                ", ".join(unsent[:5]),
+            )
+        still_open = await connection.fetch(
+            f"SELECT DISTINCT lease_owner FROM {self._jobs} "
+            "WHERE state = 'ordering' AND lease_owner = ANY($1::text[]) "
+            "AND NOT key = ANY($2::text[])",
+            workers,
+            unsent,
+        )
+        marks.settled(row["lease_owner"] for row in still_open)
+
     async def _expire_orders(self, connection: Any, exclude: Collection[str] = ()) -> None:
         """Jobs left in ``ordering`` by a worker whose lease ran out become ``unknown``.
 
@@ -494,6 +575,8 @@ class PostgresJournal(JournalStore):
         if isinstance(outcome, BaseException):
             raise outcome
         if outcome is not None:
+            if self._marks is not None:
+                self._mark_written(key, state, outcome)
             record = self._written(token, key, state, fields, keep_lease, outcome)
             if record is not None:
                 return record
@@ -555,6 +638,29 @@ class PostgresJournal(JournalStore):
             await self._pool.release(connection)
         return rows
 
+    def sending(self, key: str) -> None:
+        """Append the sent mark of ``key``'s intent: its request's first byte follows."""
+        if self._marks is None:
+            return
+        stamp = self._unsent.pop(key, None)
+        if stamp is None:
+            raise JournalError(f"job {key!r}: no order intent of this process waits to be sent")
+        try:
+            self._marks.note(key, stamp)
+        except OSError as exc:
+            raise JournalError(
+                f"cannot write the journal's sent marks ({exc.strerror or exc}); "
+                f"job {key!r} was not sent"
+            ) from None
+
+    def _mark_written(self, key: str, state: JobState, row: Any) -> None:
+        assert self._marks is not None
+        if state is JobState.ORDERING:
+            self._unsent[key] = _stamp(row["order_intent_at"])
+        else:  # answered, withdrawn or finished: its mark matters no more
+            self._unsent.pop(key, None)
+            self._marks.answered(key)
+
     def _hold(self, claimed: list[JobRecord]) -> list[JobRecord]:
         """Keep the records of claims handed out, for the writes under them."""
         if len(self._held) + len(claimed) > _HELD_MAX:
@@ -583,6 +689,11 @@ class PostgresJournal(JournalStore):
         else:
             del self._held[key]
         return record
+
+
+def _stamp(at: datetime) -> str:
+    """An intent's stamp as its sent mark holds it."""
+    return at.isoformat(timespec="microseconds")
 
 
 def _closed(connection: Any) -> bool:
