@@ -145,8 +145,10 @@ class PostgresJournal(JournalStore):
         self._events = f"{quote_ident(schema)}.order_events"
         self._closed = False
         self._update_sql = update_sql(self._jobs)
-        # Writes of many jobs in one statement (not the order intent: see _update).
+        # Writes of many jobs in one statement; the order intents of a loop tick in one of
+        # their own, never queued behind the other writes (see _update).
         self._writes: GroupCommit[dict[str, Any], Any] = GroupCommit(self._write_many)
+        self._intents: GroupCommit[dict[str, Any], Any] = GroupCommit(self._write_many)
         # Connections the writes keep out of the pool between their statements, at most
         # this many: always fewer than the pool holds, so others never wait on them.
         self._writers: list[asyncpg.Connection] = []
@@ -404,6 +406,7 @@ class PostgresJournal(JournalStore):
         if not self._closed:
             self._closed = True
             await self._writes.close()
+            await self._intents.close()
             writers, self._writers = self._writers, []
             for connection in writers:
                 await self._pool.release(connection)
@@ -565,10 +568,14 @@ class PostgresJournal(JournalStore):
         require: Collection[JobState] | None = None,
     ) -> JobRecord:
         item = write_item(token, key, state, fields, keep_lease=keep_lease, require=require)
-        if state is JobState.ORDERING or require == IN_THE_ORDER:
-            # The order intent goes alone and at once: its send follows its commit. Its
-            # withdrawal likewise, so that a crash right after the answer finds it taken
-            # back (as the SQLite journal does).
+        if state is JobState.ORDERING:
+            # Its send follows its commit: the intents of one loop tick (a window's burst)
+            # go in one statement, behind no other write. A kill between the commit and
+            # the first byte is told apart by the sent marks.
+            outcome = await self._intents.submit(item)
+        elif require == IN_THE_ORDER:
+            # The withdrawal goes alone and at once, so that a crash right after the
+            # answer finds the intent taken back (as the SQLite journal does).
             (outcome,) = await self._write_many([item])
         else:
             outcome = await self._writes.submit(item)
@@ -595,7 +602,17 @@ class PostgresJournal(JournalStore):
 
     async def _write_many(self, items: list[dict[str, Any]]) -> list[Any]:
         """Each item's written row (``None``: refused), in one statement; when that fails
-        for a reason of the data, each item alone (the error to its own caller)."""
+        for a reason of the data, each item alone (the error to its own caller).
+
+        Items of the same job go in statements one after another, in their order (one
+        statement updates a row once: two intents of one claim must not both win)."""
+        if len({item["key"] for item in items}) < len(items):
+            results: list[Any] = [None] * len(items)
+            for indexes in _distinct_keys(items):
+                outcomes = await self._write_many([items[index] for index in indexes])
+                for index, result in zip(indexes, outcomes, strict=True):
+                    results[index] = result
+            return results
         try:
             rows = await self._write_rows(encode_items(items))
         except asyncpg.PostgresError as exc:
@@ -689,6 +706,20 @@ class PostgresJournal(JournalStore):
         else:
             del self._held[key]
         return record
+
+
+def _distinct_keys(items: list[dict[str, Any]]) -> list[list[int]]:
+    """The indexes of ``items`` in groups of distinct keys, in order: each item in the
+    group after the last one that holds its key."""
+    groups: list[list[int]] = []
+    last: dict[str, int] = {}
+    for index, item in enumerate(items):
+        group = last.get(item["key"], -1) + 1
+        if group == len(groups):
+            groups.append([])
+        groups[group].append(index)
+        last[item["key"]] = group
+    return groups
 
 
 def _stamp(at: datetime) -> str:
