@@ -22,12 +22,15 @@ with the journal state it was written beside.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
 
-__all__ = ["SentMarks", "boot_id", "previous_marks"]
+from shipping_async.bulk.journal import JournalError
+
+__all__ = ["SentMarks", "boot_id", "mark_sent", "previous_marks"]
 
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 _ENCODER = msgspec.json.Encoder()
@@ -164,3 +167,19 @@ class SentMarks:
         if os.write(self._fd, data) != len(data):
             raise OSError("short write to the sent-marks file")
         self._size += len(data)
+
+
+def mark_sent(note: Callable[[str, str], None], unsent: dict[str, str], key: str) -> None:
+    """Note the mark of ``key``'s intent, taken from ``unsent`` (key -> intent stamp)
+    with ``note``, right before its request's first byte; :class:`JournalError` when
+    there is no such intent or the mark cannot be written (then nothing is sent)."""
+    stamp = unsent.pop(key, None)
+    if stamp is None:
+        raise JournalError(f"job {key!r}: no order intent of this process waits to be sent")
+    try:
+        note(key, stamp)
+    except OSError as exc:
+        raise JournalError(
+            f"cannot write the journal's sent marks ({exc.strerror or exc}); "
+            f"job {key!r} was not sent"
+        ) from None

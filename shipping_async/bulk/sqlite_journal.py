@@ -60,7 +60,7 @@ from shipping_async.bulk._journal_store import (
     reconciled_state,
     wrong_state,
 )
-from shipping_async.bulk._sent_marks import SentMarks, boot_id, previous_marks
+from shipping_async.bulk._sent_marks import SentMarks, boot_id, mark_sent, previous_marks
 from shipping_async.bulk._sqlite_evidence import insert_events, select_events
 from shipping_async.bulk._sqlite_moves import claim_kept, move
 from shipping_async.bulk._sqlite_rows import (
@@ -562,15 +562,5 @@ class SQLiteJournal(JournalStore):
     def sending(self, key: str) -> None:
         """Append the sent mark of ``key``'s intent (committed by :meth:`begin_order`):
         its request's first byte follows at once (see the module docstring)."""
-        if self._marks is None:
-            return
-        stamp = self._unsent.pop(key, None)
-        if stamp is None:
-            raise JournalError(f"job {key!r}: no order intent of this run waits to be sent")
-        try:
-            self._marks.note(key, stamp)
-        except OSError as exc:
-            raise JournalError(
-                f"cannot write the journal's sent marks ({exc.strerror or exc}); "
-                f"job {key!r} was not sent"
-            ) from None
+        if self._marks is not None:
+            mark_sent(self._marks.note, self._unsent, key)

@@ -52,6 +52,7 @@ from shipping_async.bulk._journal_store import (
 )
 from shipping_async.bulk._outage import unreachable
 from shipping_async.bulk._pg_evidence import database_now, record_events, select_events
+from shipping_async.bulk._sent_marks import mark_sent
 from shipping_async.bulk.evidence import OrderEvidence
 from shipping_async.bulk.jobs import ShipmentJob
 from shipping_async.bulk.journal import (
@@ -657,18 +658,8 @@ class PostgresJournal(JournalStore):
 
     def sending(self, key: str) -> None:
         """Append the sent mark of ``key``'s intent: its request's first byte follows."""
-        if self._marks is None:
-            return
-        stamp = self._unsent.pop(key, None)
-        if stamp is None:
-            raise JournalError(f"job {key!r}: no order intent of this process waits to be sent")
-        try:
-            self._marks.note(key, stamp)
-        except OSError as exc:
-            raise JournalError(
-                f"cannot write the journal's sent marks ({exc.strerror or exc}); "
-                f"job {key!r} was not sent"
-            ) from None
+        if self._marks is not None:
+            mark_sent(self._marks.note, self._unsent, key)
 
     def _mark_written(self, key: str, state: JobState, row: Any) -> None:
         assert self._marks is not None

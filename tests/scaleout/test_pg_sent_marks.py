@@ -124,25 +124,21 @@ async def test_nothing_is_concluded_while_the_process_that_wrote_the_intent_runs
         child.wait(10)
 
 
-async def test_an_intent_of_a_process_that_kept_no_marks_here_is_left_unknown(
-    pg_schema: str, tmp_path: Path
+@pytest.mark.parametrize(
+    ("child_keeps_marks", "parent_keeps_marks"),
+    # A process that kept no marks here (as a worker of another machine), and a journal
+    # opened without a marks directory.
+    [(False, True), (True, False)],
+    ids=["no-file-of-its-process", "no-marks-directory"],
+)
+async def test_a_killed_process_intent_is_left_unknown_when_the_marks_cannot_tell(
+    pg_schema: str, tmp_path: Path, child_keeps_marks: bool, parent_keeps_marks: bool
 ) -> None:
-    # As a worker of another machine: no file of it in this machine's directory.
-    child = start_child(pg_schema, None, [], ["PO-0001"], "kill")
+    child = start_child(pg_schema, tmp_path if child_keeps_marks else None, [], ["PO-0001"], "kill")
     child.wait(10)
-    journal = await PostgresJournal.open(POSTGRES_DSN, schema=pg_schema, sent_marks=tmp_path)
-    try:
-        assert (await states_after_a_claim(journal))["PO-0001"] is JobState.UNKNOWN
-    finally:
-        await journal.close()
-
-
-async def test_without_a_marks_directory_a_killed_process_intent_is_unknown(
-    pg_schema: str, tmp_path: Path
-) -> None:
-    child = start_child(pg_schema, tmp_path, [], ["PO-0001"], "kill")
-    child.wait(10)
-    journal = await PostgresJournal.open(POSTGRES_DSN, schema=pg_schema)
+    journal = await PostgresJournal.open(
+        POSTGRES_DSN, schema=pg_schema, sent_marks=tmp_path if parent_keeps_marks else None
+    )
     try:
         assert (await states_after_a_claim(journal))["PO-0001"] is JobState.UNKNOWN
     finally:
