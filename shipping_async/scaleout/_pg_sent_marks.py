@@ -11,7 +11,8 @@ and start time), the journal (host, port, database and schema, hashed) and the w
 whose claims it makes, written before the first claim of each.
 
 A later process of the same journal reads the files of processes that are gone (their
-pid no longer runs, or runs another program started later) on this boot. In a claim, a
+pid no longer runs, or runs another program started later) on this boot, in its pid
+namespace (a container's pids mean nothing in another's). In a claim, a
 lapsed intent leased to one of a gone process's workers, without that process's mark,
 was never sent: it goes back to ``quoted``, to be ordered again. Every other intent is
 left to become ``unknown`` as before: one with its mark, one whose process still runs,
@@ -58,6 +59,14 @@ def journal_name(dsn: str, schema: str) -> str:
     return hashlib.sha256(where.encode()).hexdigest()[:16]
 
 
+def pid_namespace() -> str | None:
+    """This process's pid namespace (a pid means something only within it)."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
 def process_start(pid: int) -> str | None:
     """When process ``pid`` started (clock ticks since boot), or ``None`` if none runs."""
     try:
@@ -88,15 +97,16 @@ class LocalMarks:
     def open(cls, directory: Path, journal: str) -> LocalMarks | None:
         """Start this process's file in ``directory`` (made private if missing) and read
         the gone processes' files; ``None`` where the system has no boot id."""
-        boot = boot_id()
+        boot, space = boot_id(), pid_namespace()
         start = process_start(os.getpid())
-        if boot is None or start is None:
+        if boot is None or space is None or start is None:
             return None
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        gone = _gone_processes(directory, journal, boot)
+        gone = _gone_processes(directory, journal, boot, space)
         run = uuid.uuid4().hex
         path = directory / f"{journal}-{os.getpid()}-{run}.sent"
         header = {"journal": journal, "pid": str(os.getpid()), "start": start, "workers": ""}
+        header["pidns"] = space
         marks = SentMarks(str(path), run=run, boot=boot, header=header)
         return cls(marks, path, gone)
 
@@ -119,13 +129,13 @@ class LocalMarks:
 
     def unsent(self, intents: Iterable[tuple[str, str, str]]) -> list[str]:
         """Of ``intents`` (key, lease owner, intent stamp), lapsed ones, the keys a gone
-        process of this machine surely never sent."""
+        process of this machine surely never sent: the files that name the owner (one,
+        unless a process used a worker id through two journals) have no mark of it."""
         found: list[str] = []
         for key, owner, stamp in intents:
-            for gone in self._gone:
-                if owner in gone.workers and (key, stamp) not in gone.marks:
-                    found.append(key)
-                    break
+            named = [gone for gone in self._gone if owner in gone.workers]
+            if named and all((key, stamp) not in gone.marks for gone in named):
+                found.append(key)
         return found
 
     def settled(self, still_open: Iterable[str]) -> None:
@@ -148,7 +158,7 @@ class LocalMarks:
             self._path.unlink()
 
 
-def _gone_processes(directory: Path, journal: str, boot: str) -> list[_GoneProcess]:
+def _gone_processes(directory: Path, journal: str, boot: str, space: str) -> list[_GoneProcess]:
     gone: list[_GoneProcess] = []
     for path in directory.glob(f"{journal}-*.sent"):
         previous = previous_marks(str(path))
@@ -160,8 +170,8 @@ def _gone_processes(directory: Path, journal: str, boot: str) -> list[_GoneProce
                 if time.time() - path.stat().st_mtime > _STALE_DAYS * 86400:
                     path.unlink()
             continue
-        if header.get("journal") != journal:
-            continue
+        if header.get("journal") != journal or header.get("pidns") != space:
+            continue  # another journal's, or a pid that means another process here
         pid, start = header.get("pid", ""), header.get("start")
         if not pid.isdigit() or start is None or process_start(int(pid)) == start:
             continue  # still running (or unreadable): it may yet send

@@ -175,3 +175,56 @@ def test_files_of_another_boot_or_another_journal_are_not_read(tmp_path: Path) -
     finally:
         marks.close()
     assert other_boot.exists()  # another machine's, maybe: kept until it is stale
+
+
+def gone_file(
+    folder: Path, journal: str, workers: str, marks: list[list[str]], **header: str
+) -> None:
+    """The marks file of a process that has exited, as it left it."""
+    exited = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    fields = {
+        "run": "r",
+        "boot": Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
+        "journal": journal,
+        "pid": exited.stdout.strip(),
+        "start": "1",
+        "workers": workers,
+        "pidns": os.readlink("/proc/self/ns/pid"),
+        **header,
+    }
+    lines = [json.dumps(fields), *(json.dumps(mark) for mark in marks)]
+    (folder / f"{journal}-{fields['pid']}-{len(list(folder.iterdir()))}.sent").write_text(
+        "\n".join(lines) + "\n"
+    )
+
+
+def test_an_intent_marked_in_any_file_that_names_its_worker_was_maybe_sent(tmp_path: Path) -> None:
+    name = journal_name(POSTGRES_DSN, "a")
+    stamp = "2026-01-01T00:00:00.000000+00:00"
+    gone_file(tmp_path, name, "w", [])
+    gone_file(tmp_path, name, "w", [["PO-0001", stamp]])  # the same worker through another journal
+    marks = LocalMarks.open(tmp_path, name)
+    assert marks is not None
+    try:
+        assert marks.gone_workers == ["w"]
+        assert marks.unsent([("PO-0001", "w", stamp), ("PO-0002", "w", stamp)]) == ["PO-0002"]
+        assert marks.unsent([("PO-0003", "other-machine", stamp)]) == []
+    finally:
+        marks.close()
+
+
+def test_a_file_of_another_pid_namespace_is_not_read(tmp_path: Path) -> None:
+    # A container's pid 7 is not this namespace's: nothing can be said of its process.
+    name = journal_name(POSTGRES_DSN, "a")
+    gone_file(tmp_path, name, "w", [], pidns="pid:[1]")
+    marks = LocalMarks.open(tmp_path, name)
+    assert marks is not None
+    try:
+        assert marks.gone_workers == []
+    finally:
+        marks.close()
