@@ -25,6 +25,7 @@ and last ``1 / speed`` as long in real time, like every other duration of the ru
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from datetime import datetime
@@ -207,7 +208,10 @@ class PostgresJournal(JournalStore):
         marks = None
         if sent_marks is not None:
             try:
-                marks = LocalMarks.open(Path(sent_marks), journal_name(dsn, schema))
+                # Off the loop: it reads the files of gone processes (up to 5 MiB each).
+                marks = await asyncio.to_thread(
+                    LocalMarks.open, Path(sent_marks), journal_name(dsn, schema)
+                )
             except OSError as exc:
                 await pool.close()
                 await lease_pool.close()
@@ -272,7 +276,7 @@ class PostgresJournal(JournalStore):
         if self._marks is not None:
             self._own(worker_id)
         async with self._pool.acquire() as connection, connection.transaction():
-            if self._marks is not None and self._marks.gone_workers:
+            if self._marks is not None:
                 await self._settle_unsent(connection, self._marks, exclude)
             await self._expire_orders(connection, exclude)
             rows = await connection.fetch(
@@ -504,6 +508,8 @@ class PostgresJournal(JournalStore):
         """Lapsed intents of gone processes of this machine that were never sent go back
         to ``quoted`` (see :mod:`~shipping_async.scaleout._pg_sent_marks`)."""
         workers = marks.gone_workers
+        if not workers:  # every claim of a run whose machine left nothing to settle
+            return
         rows = await connection.fetch(
             f"SELECT key, lease_owner, order_intent_at FROM {self._jobs} "
             "WHERE state = 'ordering' AND lease_owner = ANY($1::text[]) "
