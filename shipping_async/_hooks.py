@@ -213,6 +213,15 @@ def _reason(error: BaseException) -> str:
     return "invalid_response"
 
 
+def _new_call(operation: Operation) -> APICall:
+    """The record of a call of ``operation`` about to start."""
+    return APICall(
+        operation=operation.name,
+        method=operation.method,
+        route=operation.route or route_of(operation.path),
+    )
+
+
 class _Observed:
     """One call's events, fanned out to the client's hooks (see :func:`observe_call`)."""
 
@@ -220,11 +229,7 @@ class _Observed:
 
     def __init__(self, hooks: Subscribers, operation: Operation) -> None:
         self._hooks = hooks
-        self._call = APICall(
-            operation=operation.name,
-            method=operation.method,
-            route=operation.route or route_of(operation.path),
-        )
+        self._call = _new_call(operation)
         self._reason: str | None = None
         self._sent_at = 0.0
         self._reset: Token[APICall | _Unobserved | None] | None = None
@@ -329,12 +334,7 @@ class _Unobserved:
         """The call record, as :class:`_Observed` would keep it, up to date."""
         call = self._record
         if call is None:
-            operation = self._operation
-            call = self._record = APICall(
-                operation=operation.name,
-                method=operation.method,
-                route=operation.route or route_of(operation.path),
-            )
+            call = self._record = _new_call(self._operation)
         call.attempts, call.status, call.error = self._attempts, self._status, self._error
         return call
 
