@@ -1,9 +1,12 @@
-"""Helpers of the bulk tests: jobs, a client on a sandbox, and the sandbox's order log."""
+"""Helpers of the bulk tests: jobs, a client on a sandbox, the sandbox's order log, and
+batch files."""
 
 from __future__ import annotations
 
+import csv
 from collections import Counter
 from decimal import Decimal
+from pathlib import Path
 
 from shipping_async._client import AsyncShippingClient
 from shipping_async.bulk.jobs import OrderDetails, ShipmentJob
@@ -96,3 +99,12 @@ def orders_created(sandbox: SandboxServer) -> Counter[str]:
 def statuses(sandbox: SandboxServer, method: str, path: str) -> Counter[int | None]:
     """Status codes the sandbox answered to ``method path``."""
     return Counter(record.status for record in sandbox.control.requests(method=method, path=path))
+
+
+def write_csv(path: Path, rows: list[dict[str, str]], *, encoding: str = "utf-8") -> Path:
+    """``rows`` as a CSV batch at ``path`` (the first row's names as the header)."""
+    with path.open("w", newline="", encoding=encoding) as file:
+        writer = csv.DictWriter(file, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path

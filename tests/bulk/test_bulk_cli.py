@@ -18,7 +18,7 @@ from shipping_async.bulk.journal import JobState
 from shipping_async.bulk.sqlite_journal import SQLiteJournal
 from shipping_async.cli import bulk
 from shipping_async.sandbox import SandboxServer
-from tests.bulk.support import orders_created
+from tests.bulk.support import orders_created, write_csv
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "shipments.csv"
 SPEED = 100.0
@@ -156,11 +156,7 @@ def test_a_bad_row_is_reported_with_its_line_and_field_and_the_rest_ship(
     rows = list(csv.DictReader(EXAMPLE.open(newline="")))[:4]
     rows[1]["package_weight"] = "-2"
     rows[2]["mass_unit"] = "stone"
-    source = tmp_path / "shipments.csv"
-    with source.open("w", newline="") as file:
-        writer = csv.DictWriter(file, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    source = write_csv(tmp_path / "shipments.csv", rows)
     out = tmp_path / "results.jsonl"
 
     code = run_cli(str(source), "--sandbox", "--out", str(out), "--progress", "plain")
@@ -244,11 +240,7 @@ def test_a_run_ends_its_process_with_every_line_written_and_the_exit_handlers_ru
 
     rows = list(csv.DictReader(EXAMPLE.open(newline="")))[:3]
     rows[2]["mass_unit"] = "stone"  # a failed row: exit code 1, not 0
-    source = tmp_path / "shipments.csv"
-    with source.open("w", newline="") as file:
-        writer = csv.DictWriter(file, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    source = write_csv(tmp_path / "shipments.csv", rows)
     out = tmp_path / "results.jsonl"
     argv = ["bulk", str(source), "--sandbox", "--sandbox-speed", "100", "--out", str(out)]
 

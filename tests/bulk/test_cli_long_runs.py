@@ -16,17 +16,10 @@ import pytest
 
 from shipping_async.cli import main
 from shipping_async.sandbox import SandboxServer
-from tests.bulk.support import orders_created
+from tests.bulk.support import orders_created, write_csv
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "shipments.csv"
 SPEED = 100.0
-
-
-def write_rows(path: Path, rows: list[dict[str, str]]) -> None:
-    with path.open("w", newline="") as file:
-        writer = csv.DictWriter(file, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 def test_a_key_used_twice_names_both_lines_and_the_summary_counts_it(
@@ -36,7 +29,7 @@ def test_a_key_used_twice_names_both_lines_and_the_summary_counts_it(
     rows.append(dict(rows[0]))  # line 5 repeats line 2's key
     rows[1]["package_weight"] = "-2"  # line 3: a bad field
     source = tmp_path / "shipments.csv"
-    write_rows(source, rows)
+    write_csv(source, rows)
     out = tmp_path / "results.jsonl"
 
     code = main(["bulk", str(source), "--sandbox", "--out", str(out), "--progress", "plain"])

@@ -18,7 +18,7 @@ from shipping_async.bulk.jobs import InvalidJob, ShipmentJob
 from shipping_async.bulk.readers import count_rows, read_jobs
 from shipping_async.bulk.results import ResultStatus, ResultWriter, ShipmentResult, Stage
 from shipping_async.bulk.sqlite_journal import SQLiteJournal
-from tests.bulk.support import make_job
+from tests.bulk.support import make_job, write_csv
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "shipments.csv"
 TEXT_CELLS = (
@@ -38,14 +38,6 @@ TEXT_CELLS = (
 
 def example_rows(count: int = 60) -> list[dict[str, str]]:
     return list(csv.DictReader(EXAMPLE.open(newline="")))[:count]
-
-
-def write_csv(path: Path, rows: list[dict[str, str]]) -> Path:
-    with path.open("w", newline="", encoding="utf-8") as file:
-        writer = csv.DictWriter(file, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    return path
 
 
 def cli(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -207,11 +199,7 @@ def test_a_csv_field_over_the_limit_exits_2_naming_the_line(tmp_path: Path) -> N
 def test_a_file_that_is_not_utf8_exits_2_naming_the_line(tmp_path: Path, encoding: str) -> None:
     rows = example_rows(3)
     rows[2]["destination_name"] = "Zoë Müller"
-    source = tmp_path / "latin.csv"
-    with source.open("w", newline="", encoding=encoding) as file:
-        writer = csv.DictWriter(file, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    source = write_csv(tmp_path / "latin.csv", rows, encoding=encoding)
 
     done = cli("bulk", str(source), "--sandbox", "--progress", "plain")
 
