@@ -42,6 +42,14 @@ worker does: a shell with ``PYTHONDONTWRITEBYTECODE`` would otherwise have every
 compile each module it imports (~0.25 s of CPU). ``BENCH_PROFILE=/path.prof`` runs the worker
 under cProfile; ``BENCH_PYSPY=/path.txt`` runs the measured process (worker or bulk) under
 ``py-spy record --format raw`` (collapsed stacks; its CPU figures then include py-spy's own).
+
+``--baseline REF`` measures another commit side by side: each row is run twice in turn, once
+with this checkout's worker and once with REF's (extracted with ``git archive`` into a temp
+folder; it fills and reads its journal with its own code), against the same sandbox build,
+and a last table gives each row's CPU per job as a ratio to REF's. A CPU point stated in
+milliseconds for one machine (issue 18: the worker <= 1.5 ms from 2.8-5.0, ``bulk`` <= 1.0
+from 1.5-1.9) becomes a ratio to the code it started from, which any machine can measure:
+``--baseline 62238e3`` is that code.
 """
 
 from __future__ import annotations
@@ -49,9 +57,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import io
 import os
+import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import threading
 import time
@@ -206,13 +217,16 @@ class PeakWatch:
         return self.kib
 
 
-def run_measured(command: list[str], env: dict[str, str], log: Path) -> tuple[int, Any, float, int]:
-    """Run ``command`` to its end; its exit code, rusage, wall seconds and peak RSS (KiB)."""
+def run_measured(
+    command: list[str], env: dict[str, str], log: Path, code: Path = ROOT
+) -> tuple[int, Any, float, int]:
+    """Run ``command`` in ``code`` to its end; its exit code, rusage, wall seconds and peak
+    RSS (KiB)."""
     started = time.monotonic()
     command = [*PYSPY, *command]
     with log.open("wb") as output:
         process = subprocess.Popen(
-            command, env=env, stdout=output, stderr=subprocess.STDOUT, cwd=ROOT
+            command, env=env, stdout=output, stderr=subprocess.STDOUT, cwd=code
         )
         watch = PeakWatch(process.pid)
         _, status, usage = os.wait4(process.pid, 0)
@@ -249,11 +263,11 @@ def read_log(row: Row, log: Path) -> None:
     row.notes += lines[:2]
 
 
-def worker_env(base_url: str, tokens: dict[str, str]) -> dict[str, str]:
+def worker_env(base_url: str, tokens: dict[str, str], code: Path = ROOT) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SHIPPING_")}
     env["SHIPPING_BASE_URL"] = base_url
     env.update({token_env(name): token for name, token in tokens.items()})
-    env["PYTHONPATH"] = str(ROOT)
+    env["PYTHONPATH"] = str(code)
     # A deployed worker runs compiled bytecode (pip writes it on install); a shell with
     # PYTHONDONTWRITEBYTECODE would have the worker compile every module it imports on
     # every start, ~0.25 s of CPU counted against its jobs. So the workers share a cache.
@@ -262,40 +276,76 @@ def worker_env(base_url: str, tokens: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def warm_bytecode() -> None:
+def warm_bytecode(code: Path = ROOT) -> None:
     """Compile what a worker imports into the shared cache, before anything is measured."""
     modules = "shipping_async.cli._run, shipping_async.scaleout.postgres_journal, "
     modules += "shipping_async.scaleout.redis_limiter, shipping_async.bulk.sqlite_journal"
+    if code != ROOT:  # an older checkout: what its ``__main__`` imports
+        modules = "shipping_async.cli, shipping_async.scaleout.factory"
     command = [sys.executable, "-c", f"import {modules}"]
-    subprocess.run(command, env=worker_env("", {}), check=True, cwd=ROOT)
+    subprocess.run(command, env=worker_env("", {}, code), check=True, cwd=code)
 
 
-async def count_done(spec: str) -> int:
-    from shipping_async.bulk.journal import JobState
-    from shipping_async.scaleout.factory import open_journal
+# Run by the checkout under test, in a process of its own (``sys.argv``: the journal spec,
+# then the batch file to enqueue, if any): a baseline's journal has the schema of its own
+# code. The same calls on this checkout and on 62238e3.
+_JOURNAL_SCRIPT = """
+import asyncio, sys
+from shipping_async.bulk.journal import JobState
+from shipping_async.bulk.readers import read_jobs
+from shipping_async.scaleout.factory import open_journal
 
+async def main(spec, batch=None):
     journal = await open_journal(spec)
     try:
-        return (await journal.counts())[JobState.DONE]
-    finally:
-        await journal.close()
-
-
-async def enqueue(spec: str, batch: Path) -> None:
-    from shipping_async.bulk.readers import read_jobs
-    from shipping_async.scaleout.factory import open_journal
-
-    journal = await open_journal(spec)
-    try:
+        if batch is None:
+            print((await journal.counts())[JobState.DONE])
+            return
         jobs = [job for job in read_jobs(batch) if not hasattr(job, "error")]
         for start in range(0, len(jobs), 500):
-            await journal.add(jobs[start : start + 500])  # type: ignore[arg-type]
+            await journal.add(jobs[start : start + 500])
     finally:
         await journal.close()
 
+asyncio.run(main(*sys.argv[1:]))
+"""
 
-async def measure_worker(label: str, accounts: int, jobs: int, args: argparse.Namespace) -> Row:
-    """One ``shipping-async worker`` draining a journal filled beforehand."""
+
+def _journal_call(code: Path, *argv: str) -> str:
+    command = [sys.executable, "-c", _JOURNAL_SCRIPT, *argv]
+    env = worker_env("", {}, code)
+    return subprocess.run(
+        command, env=env, cwd=code, check=True, capture_output=True, text=True
+    ).stdout
+
+
+async def count_done(spec: str, code: Path = ROOT) -> int:
+    output = await asyncio.to_thread(_journal_call, code, spec)
+    return int(output.split()[-1])
+
+
+async def enqueue(spec: str, batch: Path, code: Path = ROOT) -> None:
+    await asyncio.to_thread(_journal_call, code, spec, str(batch))
+
+
+@contextlib.contextmanager
+def extracted(ref: str) -> Iterator[Path]:
+    """The tree of commit ``ref`` of this repository, in a temp folder."""
+    with tempfile.TemporaryDirectory(prefix="baseline-") as name:
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", "--format=tar", ref],
+            check=True,
+            capture_output=True,
+        ).stdout
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(name, filter="data")
+        yield Path(name)
+
+
+async def measure_worker(
+    label: str, accounts: int, jobs: int, args: argparse.Namespace, code: Path = ROOT
+) -> Row:
+    """One ``shipping-async worker`` of checkout ``code`` draining a journal filled beforehand."""
     row = Row(label, accounts, jobs, accounts * LIMIT * args.speed / WINDOW)
     postgres = label.startswith("pg")
     schema = f"bench_{uuid.uuid4().hex[:10]}"
@@ -309,7 +359,7 @@ async def measure_worker(label: str, accounts: int, jobs: int, args: argparse.Na
                 sandbox_process(folder, accounts, args.speed, LIMIT)
             )
             redis_url = stack.enter_context(private_redis(folder)) if postgres else None
-            await enqueue(spec, batch)
+            await enqueue(spec, batch, code)
             redis = aioredis.Redis.from_url(redis_url) if redis_url else None
             if redis is not None:
                 await redis.config_resetstat()
@@ -325,10 +375,11 @@ async def measure_worker(label: str, accounts: int, jobs: int, args: argparse.Na
             ]
             if redis_url:
                 command += ["--limiter", redis_url]
-            command += ["--sandbox-speed", str(args.speed), "--lease", str(args.lease)]
+            command += ["--sandbox-speed", str(args.speed), "--lease", lease(args, code)]
             command += ["--progress", "plain", *args.worker_args.split()]
             log = folder / "worker.log"
-            row.code, usage, _, peak = run_measured(command, worker_env(base_url, tokens), log)
+            env = worker_env(base_url, tokens, code)
+            row.code, usage, _, peak = run_measured(command, env, log, code)
             if postgres:
                 row.xacts = (await transactions() - before) / jobs
             if redis is not None:
@@ -341,14 +392,20 @@ async def measure_worker(label: str, accounts: int, jobs: int, args: argparse.Na
             _rusage(row, usage, peak)
             read_log(row, log)
             await judge(row, base_url, next(iter(tokens.values())), args.speed)
-            row.done = await count_done(spec)
+            row.done = await count_done(spec, code)
     if postgres:
         await drop_schema(schema)
     return row
 
 
 async def measure_bulk(
-    label: str, accounts: int, jobs: int, args: argparse.Namespace, *, lifted: bool
+    label: str,
+    accounts: int,
+    jobs: int,
+    args: argparse.Namespace,
+    *,
+    lifted: bool,
+    code: Path = ROOT,
 ) -> Row:
     rate_limit = 1_000_000 if lifted else LIMIT
     bound = float("nan") if lifted else accounts * LIMIT * args.speed / WINDOW
@@ -361,19 +418,19 @@ async def measure_bulk(
             journal = folder / "journal.sqlite"
             command = [sys.executable, "-m", "shipping_async", "bulk", str(batch)]
             command += ["--journal", str(journal), "--base-url", base_url]
-            command += ["--sandbox-speed", str(args.speed), "--lease", str(args.lease)]
+            command += ["--sandbox-speed", str(args.speed), "--lease", lease(args, code)]
             command += ["--progress", "plain"]
             if lifted:
                 command += ["--rate-limit", f"{rate_limit}/1"]
-            env = worker_env(base_url, tokens)
+            env = worker_env(base_url, tokens, code)
             if accounts == 1:
                 env["SHIPPING_ACCESS_TOKEN"] = next(iter(tokens.values()))
             log = folder / "worker.log"
-            row.code, usage, _, peak = run_measured(command, env, log)
+            row.code, usage, _, peak = run_measured(command, env, log, code)
             _rusage(row, usage, peak)
             read_log(row, log)
             await judge(row, base_url, next(iter(tokens.values())), args.speed)
-            row.done = await count_done(str(journal))
+            row.done = await count_done(str(journal), code)
     return row
 
 
@@ -430,6 +487,30 @@ def print_row(row: Row, yardstick_us: float | None) -> None:
         print(f"    {row.label} {row.accounts}: {note[:160]}", file=sys.stderr)
 
 
+def lease(args: argparse.Namespace, code: Path) -> str:
+    """The ``--lease`` of the worker of checkout ``code``."""
+    if code != ROOT and args.baseline_lease is not None:
+        return str(args.baseline_lease)
+    return str(args.lease)
+
+
+def print_against_baseline(
+    ref: str, measured: dict[tuple[str, int], list[tuple[Row, ...]]]
+) -> None:
+    """Each row's CPU per job over the baseline's, the median of the turns and each turn."""
+    print(f"\nCPU per job against {ref}, each row run in turn with it (median of the turns):")
+    print(f"| run | accounts | this checkout ms | {ref} ms | ratio | ratio per turn | {ref} done |")
+    print("|---|---:|---:|---:|---:|---|---:|")
+    for (label, accounts), turns in measured.items():
+        ours = statistics.median(row.cpu_ms for row, _ in turns)
+        theirs = statistics.median(row.cpu_ms for _, row in turns)
+        each = " ".join(_fmt(a.cpu_ms / b.cpu_ms if b.cpu_ms else None, 2) for a, b in turns)
+        done = " ".join(f"{b.done}/{b.jobs}" for _, b in turns)
+        cells = [label, str(accounts), _fmt(ours, 2), _fmt(theirs, 2)]
+        cells += [_fmt(ours / theirs if theirs else None, 2), each, done]
+        print("| " + " | ".join(cells) + " |", flush=True)
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--accounts", default="10,50,200", help="accounts per row")
@@ -443,6 +524,17 @@ async def main() -> None:
         action="store_true",
         help="skip the raw aiohttp + msgspec job measured first (the raw jobs column)",
     )
+    parser.add_argument(
+        "--baseline",
+        metavar="REF",
+        help="also run every row with the code of commit REF, in turn (e.g. 62238e3)",
+    )
+    parser.add_argument(
+        "--baseline-lease",
+        type=float,
+        help="the baseline worker's --lease (default: --lease; 62238e3 needs 60 to finish)",
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="run every row this many times")
     parser.add_argument(
         "--worker-args", default="", help="more options for the worker, e.g. '--max-in-flight 32'"
     )
@@ -471,18 +563,36 @@ async def main() -> None:
     print(
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     )
-    warm_bytecode()
-    if "pg" in kinds:
-        await ensure_database()
-    for accounts, jobs in pairs:  # side by side: both stores at each size
+    with contextlib.ExitStack() as stack:
+        codes = [("", ROOT)]
+        if args.baseline:
+            codes.append((f" @{args.baseline}", stack.enter_context(extracted(args.baseline))))
+        for _, code in codes:
+            warm_bytecode(code)
         if "pg" in kinds:
-            print_row(await measure_worker("pg+redis", accounts, jobs, args), yardstick)
-        if "sqlite" in kinds:
-            print_row(await measure_worker("sqlite+memory", accounts, jobs, args), yardstick)
-    if "bulk" in kinds:
-        print_row(
-            await measure_bulk("bulk 1 acct", 1, args.bulk_jobs, args, lifted=True), yardstick
-        )
+            await ensure_database()
+        measured: dict[tuple[str, int], list[tuple[Row, ...]]] = {}
+
+        async def in_turn(measure: Any, label: str, *measure_args: Any, **options: Any) -> None:
+            """The row of each checkout, this one first in even turns, the baseline in odd."""
+            turns = measured.setdefault((label, measure_args[0]), [])
+            rows = {}
+            for suffix, code in codes if len(turns) % 2 == 0 else codes[::-1]:
+                row = await measure(label + suffix, *measure_args, code=code, **options)
+                print_row(row, yardstick)
+                rows[code] = row
+            turns.append(tuple(rows[code] for _, code in codes))
+
+        for _ in range(args.rounds):
+            for accounts, jobs in pairs:  # side by side: both stores at each size
+                if "pg" in kinds:
+                    await in_turn(measure_worker, "pg+redis", accounts, jobs, args)
+                if "sqlite" in kinds:
+                    await in_turn(measure_worker, "sqlite+memory", accounts, jobs, args)
+            if "bulk" in kinds:
+                await in_turn(measure_bulk, "bulk 1 acct", 1, args.bulk_jobs, args, lifted=True)
+    if args.baseline:
+        print_against_baseline(args.baseline, measured)
     if yardstick is not None:
         print(f"yardstick at the end: {measure_yardstick():.0f} us per raw job", flush=True)
 
