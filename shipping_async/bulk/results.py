@@ -127,15 +127,30 @@ CSV_COLUMNS = tuple(ShipmentResult.__struct_fields__)
 # tab and carriage return included); a number such as -12.50 is left as it is.
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 _NUMBER = re.compile(r"[+-]?\d+(\.\d+)?")
+# What a cell must not hold as it is: control characters but the line breaks and tabs a
+# quoted CSV cell keeps (an input row's key or an API's error text may carry an escape
+# sequence, which a terminal showing the file would run) and the bidirectional overrides
+# (they reorder what a reader sees), as on the terminal.
+_UNSAFE_IN_CELL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    return match[0].encode("unicode_escape").decode("ascii")
 
 
 def _spreadsheet_safe(value: object) -> object:
-    """A CSV cell no spreadsheet runs: text starting like a formula gets a leading ``'``.
+    """A CSV cell no spreadsheet runs and no terminal obeys: text starting like a formula
+    gets a leading ``'``; control characters (tab and line breaks aside) and bidirectional
+    overrides are written as their escapes (``\\x1b``), as the terminal shows them.
 
-    >>> _spreadsheet_safe("=1+2"), _spreadsheet_safe("-12.50")
-    ("'=1+2", '-12.50')
+    >>> _spreadsheet_safe("=1+2"), _spreadsheet_safe("-12.50"), _spreadsheet_safe("K\\x07")
+    ("'=1+2", '-12.50', 'K\\\\x07')
     """
-    if isinstance(value, str) and value.startswith(_FORMULA_START) and not _NUMBER.fullmatch(value):
+    if not isinstance(value, str):
+        return value
+    if not value.isprintable():
+        value = _UNSAFE_IN_CELL.sub(_escape, value)
+    if value.startswith(_FORMULA_START) and not _NUMBER.fullmatch(value):
         return "'" + value
     return value
 
@@ -151,7 +166,8 @@ class ResultWriter:
 
     Each result is flushed as written, so a crash loses at most the line being written;
     the journal, not this file, is the record of what was done. A new file is created
-    ``0600``; CSV cells that a spreadsheet would run as a formula start with ``'``.
+    ``0600``; CSV cells that a spreadsheet would run as a formula start with ``'``, and
+    their control characters are written escaped (JSON lines escape them as JSON does).
     """
 
     def __init__(self, path: str | Path) -> None:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from shipping_async.bulk.jobs import InvalidJob, ShipmentJob
@@ -71,11 +72,16 @@ def test_markup_and_control_characters_in_every_text_cell_finish_with_all_result
 
     assert "Traceback" not in done.stderr, done.stderr
     assert done.returncode == 1, done.stderr
+    assert "\x1b" not in out.read_text(encoding="utf-8")  # escaped in the file as well
     with out.open(newline="", encoding="utf-8") as file:
         results = {row["key"]: row for row in csv.DictReader(file)}
-    assert set(results) == {row["customer_reference"] for row in rows}
+    shown = {
+        row["customer_reference"]: row["customer_reference"].replace("\x1b", "\\x1b")
+        for row in rows
+    }
+    assert set(results) == set(shown.values())
     for number, row in enumerate(rows):
-        result = results[row["customer_reference"]]
+        result = results[shown[row["customer_reference"]]]
         if number % 2:
             assert result["status"] == "failed"
             assert result["stage"] == "input"
@@ -139,6 +145,29 @@ def test_csv_results_neutralise_formula_prefixes(tmp_path: Path) -> None:
         rows = list(csv.DictReader(file))
     assert [row["key"] for row in rows] == ["'" + text for text in hostile]
     assert [row["error"] for row in rows] == ["'" + text for text in hostile]
+
+
+def test_csv_results_escape_control_characters_and_keep_line_breaks(tmp_path: Path) -> None:
+    # A refused row's key and an API's error text are the two ways such text gets here.
+    key = "K\x1b[2J\x00"
+    error = "400: \x1b]8;;http://x\x07link\x1b]8;;\x07 \x85\u202eevil\nsecond line\tend"
+    result = ShipmentResult(key=key, status=ResultStatus.FAILED, stage=Stage.INPUT, error=error)
+    csv_path, jsonl_path = tmp_path / "results.csv", tmp_path / "results.jsonl"
+    for path in (csv_path, jsonl_path):
+        with ResultWriter(path) as writer:
+            writer.write(result)
+
+    text = csv_path.read_text(encoding="utf-8")
+    assert not any(char in text for char in "\x1b\x00\x07\x85\u202e")
+    with csv_path.open(newline="", encoding="utf-8") as file:
+        row = next(csv.DictReader(file))
+    assert row["key"] == "K\\x1b[2J\\x00"
+    assert row["error"] == (
+        "400: \\x1b]8;;http://x\\x07link\\x1b]8;;\\x07 \\x85\\u202eevil\nsecond line\tend"
+    )
+    # JSON lines keep every value exactly (JSON escapes what it must).
+    kept = msgspec.json.decode(jsonl_path.read_bytes().splitlines()[0], type=ShipmentResult)
+    assert (kept.key, kept.error) == (key, error)
 
 
 def test_csv_results_keep_negative_numbers_as_numbers(tmp_path: Path) -> None:
