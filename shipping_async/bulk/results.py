@@ -14,6 +14,7 @@ from typing import IO, Any, Self
 
 import msgspec
 
+from shipping_async._escape import escape_controls
 from shipping_async.bulk.journal import JobRecord, JobState
 
 __all__ = ["ResultStatus", "ResultWriter", "ShipmentResult", "Stage"]
@@ -127,15 +128,6 @@ CSV_COLUMNS = tuple(ShipmentResult.__struct_fields__)
 # tab and carriage return included); a number such as -12.50 is left as it is.
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 _NUMBER = re.compile(r"[+-]?\d+(\.\d+)?")
-# What a cell must not hold as it is: control characters but the line breaks and tabs a
-# quoted CSV cell keeps (an input row's key or an API's error text may carry an escape
-# sequence, which a terminal showing the file would run) and the bidirectional overrides
-# (they reorder what a reader sees), as on the terminal.
-_UNSAFE_IN_CELL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def _escape(match: re.Match[str]) -> str:
-    return match[0].encode("unicode_escape").decode("ascii")
 
 
 def _spreadsheet_safe(value: object) -> object:
@@ -148,8 +140,7 @@ def _spreadsheet_safe(value: object) -> object:
     """
     if not isinstance(value, str):
         return value
-    if not value.isprintable():
-        value = _UNSAFE_IN_CELL.sub(_escape, value)
+    value = escape_controls(value, keep_lines=True)  # a quoted cell keeps tab and line breaks
     if value.startswith(_FORMULA_START) and not _NUMBER.fullmatch(value):
         return "'" + value
     return value

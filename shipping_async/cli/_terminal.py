@@ -9,15 +9,9 @@ overrides (U+202A-U+202E, U+2066-U+2069) are escaped too: they reorder what a re
 
 from __future__ import annotations
 
-import re
+from shipping_async._escape import escape_controls
 
 __all__ = ["one_line", "printable", "rich_text", "without_password"]
-
-_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def _escape(match: re.Match[str]) -> str:
-    return match[0].encode("unicode_escape").decode("ascii")
 
 
 def printable(value: object) -> str:
@@ -26,10 +20,7 @@ def printable(value: object) -> str:
     >>> printable("ACME\\x1b[2J\\n42")
     'ACME\\\\x1b[2J\\\\n42'
     """
-    text = str(value)
-    # Most text has nothing to escape: str.isprintable() (C) is false for every character
-    # _UNSAFE matches (controls, and the overrides, which are format characters).
-    return text if text.isprintable() else _UNSAFE.sub(_escape, text)
+    return escape_controls(str(value))
 
 
 def rich_text(value: object) -> str:
