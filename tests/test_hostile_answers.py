@@ -14,6 +14,7 @@ import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
+import msgspec
 import pytest
 
 from shipping_async import (
@@ -26,11 +27,13 @@ from shipping_async import (
     RequestValidationError,
     ShippingError,
 )
+from shipping_async._http import configure_logging
 from shipping_async._retry import Operation, RetryPolicy
 from shipping_async._send import send_with_retries
 from shipping_async.clock import ManualClock
 from shipping_async.errors import RateLimitError, error_for_status
 from shipping_async.limiter import RollingWindowLimiter
+from shipping_async.telemetry.logs import MAX_MESSAGE_CHARS
 from tests.bulk.support import make_job
 
 TOKEN = "tok-HOSTILE-0123456789abcdef"
@@ -308,6 +311,48 @@ async def test_a_429_window_of_ten_years_is_refused_and_logged(
     assert limiter.window == 60.0
     assert clock.monotonic() - started < 3600
     assert "refused the window of the 429 text of 315360000 s" in caplog.text
+
+
+async def test_a_429_text_with_escape_sequences_and_line_breaks_is_logged_escaped_and_cut(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    hostile = "20 of 20 in 60 seconds\x1b[2J\n2026-01-01 ERROR forged line" + "x" * 50_000
+    clock = ManualClock(auto_advance=True)
+    limiter = RollingWindowLimiter(limit=20, window=60.0, clock=clock)
+    answers: list[object] = [
+        error_for_status(
+            429,
+            msgspec.json.encode({"success": False, "error": hostile}),
+            method="POST",
+            path="/orders",
+        ),
+        "created",
+    ]
+
+    async def attempt() -> object:
+        answer = answers.pop(0)
+        if isinstance(answer, RateLimitError):
+            raise answer
+        return answer
+
+    configure_logging("warning")  # the handler the CLI and SHIPPING_LOG use, on stderr
+    try:
+        result = await send_with_retries(
+            attempt, operation=CREATE_ORDER, policy=RetryPolicy(), clock=clock, limiter=limiter
+        )
+    finally:
+        logger = logging.getLogger("shipping_async")
+        for handler in [h for h in logger.handlers if h.get_name() == "shipping_async.env"]:
+            logger.removeHandler(handler)
+        logger.setLevel(logging.NOTSET)
+
+    assert result == "created"
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1, lines  # the server's line break forged no line
+    assert "\x1b" not in lines[0]
+    assert "in 60 seconds\\x1b[2J\\n2026-01-01 ERROR forged line" in lines[0]
+    assert len(lines[0]) < MAX_MESSAGE_CHARS + 200
+    assert "more characters)" in lines[0]
 
 
 # -- multipart -----------------------------------------------------------------------------

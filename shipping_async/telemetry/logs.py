@@ -13,6 +13,12 @@ call to the logger). Messages are written token-free at their source (headers th
 :func:`shipping_async._http.redact`, error texts scrubbed); this formatter masks the same
 patterns again, so that a bearer token, a webhook token or a URL password that slipped
 into a message or a traceback still never reaches the log.
+
+Text lines (:class:`TextFormatter`, the default) mask the same, and show what a message
+quotes (a server's error text, a key) with its control characters escaped: a line break
+cannot forge a line, ``ESC[2J`` cannot clear the terminal. In either format a message is
+cut after :data:`MAX_MESSAGE_CHARS` and a traceback after :data:`MAX_TRACEBACK_CHARS`: a
+server's text can be any length.
 """
 
 from __future__ import annotations
@@ -22,14 +28,27 @@ import logging
 import os
 import re
 from datetime import UTC, datetime
-from typing import Final
+from typing import Any, Final
 
+from shipping_async._escape import escape_controls
 from shipping_async._hooks import current_call
 from shipping_async.telemetry._scope import current_job
 
-__all__ = ["KEYS", "LOG_FORMAT_ENV", "JsonFormatter", "formatter", "scrub"]
+__all__ = [
+    "KEYS",
+    "LOG_FORMAT_ENV",
+    "MAX_MESSAGE_CHARS",
+    "MAX_TRACEBACK_CHARS",
+    "JsonFormatter",
+    "TextFormatter",
+    "formatter",
+    "scrub",
+]
 
 LOG_FORMAT_ENV: Final = "SHIPPING_LOG_FORMAT"
+#: A longer message, or traceback, is cut there, saying how much was left out.
+MAX_MESSAGE_CHARS: Final = 4_000
+MAX_TRACEBACK_CHARS: Final = 20_000
 #: The keys of every JSON log line, in order.
 KEYS: Final = (
     "time",
@@ -60,6 +79,12 @@ def scrub(text: str) -> str:
     return text
 
 
+def _cut(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per record with the :data:`KEYS`; secrets masked."""
 
@@ -68,14 +93,14 @@ class JsonFormatter(logging.Formatter):
         job = current_job()
         error = None
         if record.exc_info:
-            error = scrub(self.formatException(record.exc_info))
+            error = _cut(scrub(self.formatException(record.exc_info)), MAX_TRACEBACK_CHARS)
         elif record.exc_text:
-            error = scrub(record.exc_text)
+            error = _cut(scrub(record.exc_text), MAX_TRACEBACK_CHARS)
         line = {
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(),
             "level": record.levelname,
             "logger": record.name,
-            "message": scrub(record.getMessage()),
+            "message": _cut(scrub(record.getMessage()), MAX_MESSAGE_CHARS),
             "operation": _field(record, "operation", call.operation if call else None),
             "status": _field(record, "status", call.status if call else None),
             "account": _field(record, "account", job.account if job else None),
@@ -92,8 +117,25 @@ def _field(record: logging.LogRecord, name: str, fallback: object) -> object:
     return scrub(str(value))
 
 
+class TextFormatter(logging.Formatter):
+    """Text lines in ``fmt``: secrets masked, the message's control characters and
+    bidirectional overrides escaped (a traceback keeps its line breaks), both cut."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        message = escape_controls(scrub(record.message))
+        record.message = _cut(message, MAX_MESSAGE_CHARS)
+        return super().formatMessage(record)
+
+    def formatException(self, ei: Any) -> str:
+        text = escape_controls(scrub(super().formatException(ei)), keep_lines=True)
+        return _cut(text, MAX_TRACEBACK_CHARS)
+
+    def formatStack(self, stack_info: str) -> str:
+        return escape_controls(scrub(super().formatStack(stack_info)), keep_lines=True)
+
+
 def formatter(text_format: str) -> logging.Formatter:
     """The formatter ``SHIPPING_LOG_FORMAT`` asks for: ``json``, or text in ``text_format``."""
     if os.environ.get(LOG_FORMAT_ENV, "").strip().lower() == "json":
         return JsonFormatter()
-    return logging.Formatter(text_format)
+    return TextFormatter(text_format)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,7 +16,13 @@ from resources.support import BASE_URL, TOKEN, MockAPI, make_client, order, orde
 
 from shipping_async.errors import OrderOutcomeUnknownError
 from shipping_async.telemetry._scope import job_stage
-from shipping_async.telemetry.logs import KEYS, JsonFormatter, formatter, scrub
+from shipping_async.telemetry.logs import (
+    KEYS,
+    MAX_MESSAGE_CHARS,
+    JsonFormatter,
+    formatter,
+    scrub,
+)
 
 ORDER_7001 = BASE_URL + "/orders/7001"
 WEBHOOK_TOKEN = "whk_token_abc"
@@ -128,6 +135,37 @@ def test_control_characters_are_escaped_on_the_line() -> None:
     assert "\n" not in line
     assert "\x1b" not in line
     assert json.loads(line)["message"] == "a\nb\x1b[2J"
+
+
+def test_text_lines_escape_what_the_message_quotes_and_keep_the_traceback_lines() -> None:
+    try:
+        raise RuntimeError("server said \x1b[2J\u202eevil")
+    except RuntimeError:
+        record = logging.LogRecord(
+            "shipping_async", logging.ERROR, __file__, 1, "job %s: %s", ("K", "a\nb\x1b[2J"), None
+        )
+        record.exc_info = sys.exc_info()
+    text = formatter("%(levelname)s %(message)s").format(record)
+
+    first, *traceback_lines = text.splitlines()
+    assert first == "ERROR job K: a\\nb\\x1b[2J"
+    assert traceback_lines[0] == "Traceback (most recent call last):"
+    assert traceback_lines[-1] == "RuntimeError: server said \\x1b[2J\\u202eevil"
+    assert "\x1b" not in text
+    assert "\u202e" not in text
+
+
+def test_a_long_message_is_cut_saying_how_much_was_left_out() -> None:
+    record = logging.LogRecord(
+        "shipping_async", logging.INFO, __file__, 1, "%s", ("y" * 10_000,), None
+    )
+    text = formatter("%(message)s").format(record)
+    line = json.loads(JsonFormatter().format(record))["message"]
+
+    for shown in (text, line):
+        assert (
+            shown == "y" * MAX_MESSAGE_CHARS + f"... ({10_000 - MAX_MESSAGE_CHARS} more characters)"
+        )
 
 
 def test_scrub_leaves_ordinary_text_alone() -> None:
