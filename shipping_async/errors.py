@@ -46,6 +46,8 @@ from typing import Any, ClassVar
 
 import msgspec
 
+from shipping_async._escape import escape_controls
+
 __all__ = [
     "APIConnectionError",
     "APIError",
@@ -194,7 +196,9 @@ class APIStatusError(APIError):
 
     ``status``, ``headers`` (the response's, case-insensitive when they came from the
     wire; never the request's, which carry the token) and ``body`` (raw bytes) are the
-    answer; ``error`` and ``errors`` are the API's texts read from the body.
+    answer; ``error`` and ``errors`` are the API's texts read from the body. The message
+    quotes ``error`` with its control characters escaped, cut after
+    :data:`MAX_QUOTED_CHARS`: it ends up in logs and terminals, and a server can say anything.
     """
 
     status_code: ClassVar[int | None] = None
@@ -217,8 +221,21 @@ class APIStatusError(APIError):
         self.body = body
         self.headers: Mapping[str, str] = _NO_HEADERS if headers is None else headers
         self.retry_after = retry_after
-        detail = f": {error}" if error else ""
+        detail = f": {_quoted(error)}" if error else ""
         super().__init__(f"{status} on {method} {path}{detail}", method=method, path=path)
+
+
+#: An API's text is cut there in an error's message (``error`` and ``body`` keep it whole).
+MAX_QUOTED_CHARS = 1_000
+
+
+def _quoted(text: str) -> str:
+    """An API's text as an error's message quotes it: control characters escaped, so that
+    an application's own log or terminal shows it as it is, and cut, as any length comes."""
+    text = escape_controls(text)
+    if len(text) <= MAX_QUOTED_CHARS:
+        return text
+    return f"{text[:MAX_QUOTED_CHARS]}... ({len(text) - MAX_QUOTED_CHARS} more characters)"
 
 
 class BadRequestError(APIStatusError):

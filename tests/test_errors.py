@@ -7,6 +7,7 @@ import json
 import pytest
 
 from shipping_async.errors import (
+    MAX_QUOTED_CHARS,
     APIConnectionError,
     APIError,
     APIStatusError,
@@ -98,6 +99,19 @@ def test_a_body_that_is_not_json_becomes_the_text() -> None:
     assert isinstance(error, InternalServerError)
     assert error.error == "<html>Bad gateway</html>"
     assert error.body == b"<html>Bad gateway</html>"
+
+
+def test_the_message_quotes_the_api_text_escaped_and_cut_and_keeps_it_whole() -> None:
+    text = "refused\x1b[2J\nFORGED LINE\u202e" + "z" * 5_000
+    error = build(400, body(text, []))
+
+    message = str(error)
+    assert message.startswith("400 on POST /orders: refused\\x1b[2J\\nFORGED LINE\\u202ezz")
+    escaped = len(text) + 3 + 1 + 5  # \x1b, \n and \u202e as 4, 2 and 6 characters
+    assert message.endswith(f"... ({escaped - MAX_QUOTED_CHARS} more characters)")
+    assert "\n" not in message
+    assert "\x1b" not in message
+    assert error.error == text  # the API's own text, whole, for a program to read
 
 
 def test_a_429_reads_count_limit_and_window() -> None:
