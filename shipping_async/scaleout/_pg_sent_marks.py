@@ -18,7 +18,9 @@ was never sent: it goes back to ``quoted``, to be ordered again. Every other int
 left to become ``unknown`` as before: one with its mark, one whose process still runs,
 one of another boot or another machine (its worker is in no file here). A gone process's
 file is deleted once none of its workers' intents is open; a process that closes the
-journal deletes its own. Files of other boots are deleted after :data:`_STALE_DAYS`.
+journal deletes its own. Files of other boots are deleted after :data:`_STALE_DAYS`, and
+so are the files of other journals whose process is gone (a journal never opened again
+would keep them): without its file, a lapsed intent is left to become ``unknown``.
 """
 
 from __future__ import annotations
@@ -40,8 +42,9 @@ __all__ = ["LocalMarks", "default_directory", "journal_name"]
 
 _log = logging.getLogger("shipping_async")
 
-#: Days after which a marks file of another boot is deleted (nothing can be read from
-#: it on this boot; a directory shared by several machines keeps theirs meanwhile).
+#: Days after which a marks file of another boot, or of a gone process of another journal,
+#: is deleted (nothing can be read from the first on this boot; a directory shared by
+#: several machines keeps theirs meanwhile).
 _STALE_DAYS = 7
 
 
@@ -103,6 +106,7 @@ class LocalMarks:
             return None
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         gone = _gone_processes(directory, journal, boot, space)
+        _sweep_other_journals(directory, journal, boot, space)
         run = uuid.uuid4().hex
         path = directory / f"{journal}-{os.getpid()}-{run}.sent"
         header = {"journal": journal, "pid": str(os.getpid()), "start": start, "workers": ""}
@@ -158,6 +162,36 @@ class LocalMarks:
             self._path.unlink()
 
 
+def _exited(header: dict[str, str]) -> bool:
+    """Whether the process a file's header names (pid and start time, on this boot and in
+    this pid namespace) has exited: its pid runs no more, or runs a later program."""
+    pid, start = header.get("pid", ""), header.get("start")
+    return pid.isdigit() and start is not None and process_start(int(pid)) != start
+
+
+def _stale(path: Path) -> bool:
+    try:
+        return time.time() - path.stat().st_mtime > _STALE_DAYS * 86400
+    except OSError:
+        return False
+
+
+def _sweep_other_journals(directory: Path, journal: str, boot: str, space: str) -> None:
+    """Delete the stale files of other journals that no process here may still write:
+    of another boot, or of a gone process of this boot and pid namespace."""
+    for path in directory.glob("*.sent"):
+        if path.name.startswith(f"{journal}-") or not _stale(path):
+            continue
+        previous = previous_marks(str(path))
+        if previous is None:
+            continue
+        header = previous.header
+        if previous.boot == boot and (header.get("pidns") != space or not _exited(header)):
+            continue  # it may still write, or nothing can be said of its process
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
 def _gone_processes(directory: Path, journal: str, boot: str, space: str) -> list[_GoneProcess]:
     gone: list[_GoneProcess] = []
     for path in directory.glob(f"{journal}-*.sent"):
@@ -166,14 +200,13 @@ def _gone_processes(directory: Path, journal: str, boot: str, space: str) -> lis
             continue
         header = previous.header
         if previous.boot != boot:
-            with contextlib.suppress(OSError):
-                if time.time() - path.stat().st_mtime > _STALE_DAYS * 86400:
+            if _stale(path):
+                with contextlib.suppress(OSError):
                     path.unlink()
             continue
         if header.get("journal") != journal or header.get("pidns") != space:
             continue  # another journal's, or a pid that means another process here
-        pid, start = header.get("pid", ""), header.get("start")
-        if not pid.isdigit() or start is None or process_start(int(pid)) == start:
+        if not _exited(header):
             continue  # still running (or unreadable): it may yet send
         workers = frozenset(header.get("workers", "").split())
         gone.append(_GoneProcess(path, workers, previous.marks))

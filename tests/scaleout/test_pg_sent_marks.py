@@ -15,12 +15,13 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
 from shipping_async.bulk.journal import JobState
-from shipping_async.scaleout._pg_sent_marks import LocalMarks, journal_name
+from shipping_async.scaleout._pg_sent_marks import LocalMarks, journal_name, process_start
 from shipping_async.scaleout.postgres_journal import PostgresJournal
 from tests.bulk.support import make_jobs
 from tests.pg_schemas import POSTGRES_DSN
@@ -228,3 +229,36 @@ def test_a_file_of_another_pid_namespace_is_not_read(tmp_path: Path) -> None:
         assert marks.gone_workers == []
     finally:
         marks.close()
+
+
+def test_stale_files_of_other_journals_whose_process_is_gone_are_deleted(tmp_path: Path) -> None:
+    # A journal never opened again would keep its killed processes' files for good.
+    name, other = journal_name(POSTGRES_DSN, "a"), journal_name(POSTGRES_DSN, "b")
+    week_and_a_day_ago = time.time() - 8 * 86400
+    gone_file(tmp_path, other, "w1", [])  # exited, stale
+    gone_file(tmp_path, other, "w2", [], boot="another-boot")  # another boot, stale
+    gone_file(tmp_path, other, "w3", [])  # exited, recent
+    gone_file(tmp_path, other, "w4", [], pidns="pid:[1]")  # another namespace, stale
+    running = tmp_path / f"{other}-{os.getpid()}-live.sent"  # this very process, stale
+    header = {
+        "run": "live",
+        "boot": Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
+        "journal": other,
+        "pid": str(os.getpid()),
+        "start": process_start(os.getpid()),
+        "workers": "w5",
+        "pidns": os.readlink("/proc/self/ns/pid"),
+    }
+    running.write_text(json.dumps(header) + "\n")
+    by_worker = {
+        json.loads(path.read_text().splitlines()[0])["workers"]: path for path in tmp_path.iterdir()
+    }
+    for worker in ("w1", "w2", "w4", "w5"):
+        os.utime(by_worker[worker], (week_and_a_day_ago, week_and_a_day_ago))
+
+    marks = LocalMarks.open(tmp_path, name)
+    assert marks is not None
+    marks.close()
+
+    left = {worker for worker, path in by_worker.items() if path.exists()}
+    assert left == {"w3", "w4", "w5"}
