@@ -4,14 +4,15 @@ A key such as ``"\\x1b[2J"`` would clear a terminal and a ``"\\n"`` in a server'
 would forge a line of output or of a log; :func:`escape_controls` writes every such
 character as its Python escape (``\\x1b``, ``\\n``), so what is shown is what the value
 holds. Bidirectional overrides (U+202A-U+202E, U+2066-U+2069) are escaped too: they
-reorder what a reader sees. One rule for the terminal, the CSV results and the log lines.
+reorder what a reader sees. One rule for the terminal, the CSV results and the log lines;
+:func:`cut` bounds what they quote, since a server's text can be any length.
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["escape_controls"]
+__all__ = ["cut", "escape_controls"]
 
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 # The same, but for the tab and line breaks that a CSV cell or a traceback keeps.
@@ -34,3 +35,14 @@ def escape_controls(text: str, *, keep_lines: bool = False) -> str:
     if text.isprintable():
         return text
     return (_UNSAFE_BUT_LINES if keep_lines else _UNSAFE).sub(_escape, text)
+
+
+def cut(text: str, limit: int) -> str:
+    """``text`` up to ``limit`` characters, saying how many more there were.
+
+    >>> cut("abcdef", 4)
+    'abcd... (2 more characters)'
+    """
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"

@@ -46,7 +46,7 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from shipping_async._escape import escape_controls
+from shipping_async._escape import cut, escape_controls
 
 __all__ = [
     "APIConnectionError",
@@ -232,10 +232,7 @@ MAX_QUOTED_CHARS = 1_000
 def _quoted(text: str) -> str:
     """An API's text as an error's message quotes it: control characters escaped, so that
     an application's own log or terminal shows it as it is, and cut, as any length comes."""
-    text = escape_controls(text)
-    if len(text) <= MAX_QUOTED_CHARS:
-        return text
-    return f"{text[:MAX_QUOTED_CHARS]}... ({len(text) - MAX_QUOTED_CHARS} more characters)"
+    return cut(escape_controls(text), MAX_QUOTED_CHARS)
 
 
 class BadRequestError(APIStatusError):

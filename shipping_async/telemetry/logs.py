@@ -30,7 +30,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from shipping_async._escape import escape_controls
+from shipping_async._escape import cut, escape_controls
 from shipping_async._hooks import current_call
 from shipping_async.telemetry._scope import current_job
 
@@ -79,12 +79,6 @@ def scrub(text: str) -> str:
     return text
 
 
-def _cut(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}... ({len(text) - limit} more characters)"
-
-
 class JsonFormatter(logging.Formatter):
     """One JSON object per record with the :data:`KEYS`; secrets masked."""
 
@@ -93,14 +87,14 @@ class JsonFormatter(logging.Formatter):
         job = current_job()
         error = None
         if record.exc_info:
-            error = _cut(scrub(self.formatException(record.exc_info)), MAX_TRACEBACK_CHARS)
+            error = cut(scrub(self.formatException(record.exc_info)), MAX_TRACEBACK_CHARS)
         elif record.exc_text:
-            error = _cut(scrub(record.exc_text), MAX_TRACEBACK_CHARS)
+            error = cut(scrub(record.exc_text), MAX_TRACEBACK_CHARS)
         line = {
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(),
             "level": record.levelname,
             "logger": record.name,
-            "message": _cut(scrub(record.getMessage()), MAX_MESSAGE_CHARS),
+            "message": cut(scrub(record.getMessage()), MAX_MESSAGE_CHARS),
             "operation": _field(record, "operation", call.operation if call else None),
             "status": _field(record, "status", call.status if call else None),
             "account": _field(record, "account", job.account if job else None),
@@ -123,12 +117,12 @@ class TextFormatter(logging.Formatter):
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         message = escape_controls(scrub(record.message))
-        record.message = _cut(message, MAX_MESSAGE_CHARS)
+        record.message = cut(message, MAX_MESSAGE_CHARS)
         return super().formatMessage(record)
 
     def formatException(self, ei: Any) -> str:
         text = escape_controls(scrub(super().formatException(ei)), keep_lines=True)
-        return _cut(text, MAX_TRACEBACK_CHARS)
+        return cut(text, MAX_TRACEBACK_CHARS)
 
     def formatStack(self, stack_info: str) -> str:
         return escape_controls(scrub(super().formatStack(stack_info)), keep_lines=True)
