@@ -106,7 +106,6 @@ class LocalMarks:
             return None
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         gone = _gone_processes(directory, journal, boot, space)
-        _sweep_other_journals(directory, journal, boot, space)
         run = uuid.uuid4().hex
         path = directory / f"{journal}-{os.getpid()}-{run}.sent"
         header = {"journal": journal, "pid": str(os.getpid()), "start": start, "workers": ""}
@@ -176,25 +175,15 @@ def _stale(path: Path) -> bool:
         return False
 
 
-def _sweep_other_journals(directory: Path, journal: str, boot: str, space: str) -> None:
-    """Delete the stale files of other journals that no process here may still write:
-    of another boot, or of a gone process of this boot and pid namespace."""
-    for path in directory.glob("*.sent"):
-        if path.name.startswith(f"{journal}-") or not _stale(path):
-            continue
-        previous = previous_marks(str(path))
-        if previous is None:
-            continue
-        header = previous.header
-        if previous.boot == boot and (header.get("pidns") != space or not _exited(header)):
-            continue  # it may still write, or nothing can be said of its process
-        with contextlib.suppress(OSError):
-            path.unlink()
-
-
 def _gone_processes(directory: Path, journal: str, boot: str, space: str) -> list[_GoneProcess]:
+    """The files of this journal's gone processes, read in one pass over ``directory``
+    that also deletes the stale files no process here may still write: of another boot,
+    or (another journal's) of a gone process of this boot and pid namespace."""
     gone: list[_GoneProcess] = []
-    for path in directory.glob(f"{journal}-*.sent"):
+    for path in directory.glob("*.sent"):
+        ours = path.name.startswith(f"{journal}-")
+        if not ours and not _stale(path):
+            continue  # another journal's, recent: not even read
         previous = previous_marks(str(path))
         if previous is None:
             continue
@@ -204,12 +193,14 @@ def _gone_processes(directory: Path, journal: str, boot: str, space: str) -> lis
                 with contextlib.suppress(OSError):
                     path.unlink()
             continue
-        if header.get("journal") != journal or header.get("pidns") != space:
-            continue  # another journal's, or a pid that means another process here
-        if not _exited(header):
-            continue  # still running (or unreadable): it may yet send
-        workers = frozenset(header.get("workers", "").split())
-        gone.append(_GoneProcess(path, workers, previous.marks))
+        if header.get("pidns") != space or not _exited(header):
+            continue  # still running (or unreadable), or a pid that means another process
+        if not ours:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        elif header.get("journal") == journal:
+            workers = frozenset(header.get("workers", "").split())
+            gone.append(_GoneProcess(path, workers, previous.marks))
     if gone:
         _log.info("sent marks of %d process(es) gone on this machine: %s", len(gone), directory)
     return gone
