@@ -280,18 +280,13 @@ async def test_an_answer_over_the_cap_without_a_true_length_is_refused(answer: b
 # -- learned windows -----------------------------------------------------------------------
 
 
-async def test_a_429_window_of_ten_years_is_refused_and_logged(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    clock = ManualClock(auto_advance=True)
-    limiter = RollingWindowLimiter(limit=20, window=60.0, clock=clock)
+async def order_after_a_429(
+    body: bytes, clock: ManualClock, limiter: RollingWindowLimiter
+) -> object:
+    """An order sent under the retry rules: first refused with a 429 of ``body``, then
+    created (``"created"``)."""
     answers: list[object] = [
-        error_for_status(
-            429,
-            b'{"success": false, "error": "1 of 1 in 315360000 seconds"}',
-            method="POST",
-            path="/orders",
-        ),
+        error_for_status(429, body, method="POST", path="/orders"),
         "created",
     ]
 
@@ -301,10 +296,21 @@ async def test_a_429_window_of_ten_years_is_refused_and_logged(
             raise answer
         return answer
 
+    return await send_with_retries(
+        attempt, operation=CREATE_ORDER, policy=RetryPolicy(), clock=clock, limiter=limiter
+    )
+
+
+async def test_a_429_window_of_ten_years_is_refused_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = ManualClock(auto_advance=True)
+    limiter = RollingWindowLimiter(limit=20, window=60.0, clock=clock)
+
     started = clock.monotonic()
     with caplog.at_level(logging.WARNING, logger="shipping_async"):
-        result = await send_with_retries(
-            attempt, operation=CREATE_ORDER, policy=RetryPolicy(), clock=clock, limiter=limiter
+        result = await order_after_a_429(
+            b'{"success": false, "error": "1 of 1 in 315360000 seconds"}', clock, limiter
         )
 
     assert result == "created"
@@ -319,26 +325,11 @@ async def test_a_429_text_with_escape_sequences_and_line_breaks_is_logged_escape
     hostile = "20 of 20 in 60 seconds\x1b[2J\n2026-01-01 ERROR forged line" + "x" * 50_000
     clock = ManualClock(auto_advance=True)
     limiter = RollingWindowLimiter(limit=20, window=60.0, clock=clock)
-    answers: list[object] = [
-        error_for_status(
-            429,
-            msgspec.json.encode({"success": False, "error": hostile}),
-            method="POST",
-            path="/orders",
-        ),
-        "created",
-    ]
-
-    async def attempt() -> object:
-        answer = answers.pop(0)
-        if isinstance(answer, RateLimitError):
-            raise answer
-        return answer
 
     configure_logging("warning")  # the handler the CLI and SHIPPING_LOG use, on stderr
     try:
-        result = await send_with_retries(
-            attempt, operation=CREATE_ORDER, policy=RetryPolicy(), clock=clock, limiter=limiter
+        result = await order_after_a_429(
+            msgspec.json.encode({"success": False, "error": hostile}), clock, limiter
         )
     finally:
         logger = logging.getLogger("shipping_async")
