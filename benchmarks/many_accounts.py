@@ -532,7 +532,7 @@ async def main() -> None:
     parser.add_argument(
         "--baseline-lease",
         type=float,
-        help="the baseline worker's --lease (default: --lease; 62238e3 needs 60 to finish)",
+        help="the baseline worker's --lease (default: --lease; 62238e3 needs 600 to finish)",
     )
     parser.add_argument("--rounds", type=int, default=1, help="run every row this many times")
     parser.add_argument(
